@@ -187,11 +187,17 @@ class Limit(Generator):
             return None
         op, nxt = result
         if op is PENDING:
-            return PENDING, Limit(self.remaining, nxt)
-        return op, Limit(self.remaining - 1, nxt)
+            return PENDING, Limit._of(self.remaining, nxt)
+        return op, Limit._of(self.remaining - 1, nxt)
 
     def update(self, ctx: Context, event: Event) -> Generator:
-        return Limit(self.remaining, self.gen.update(ctx, event))
+        return Limit._of(self.remaining, self.gen.update(ctx, event))
+
+    @staticmethod
+    def _of(remaining: int, gen: Generator) -> "Limit":
+        out = Limit.__new__(Limit)
+        out.remaining, out.gen = remaining, gen
+        return out
 
 
 def once(gen: GeneratorLike) -> Generator:
@@ -219,10 +225,16 @@ class Repeat(Generator):
         op, _ = result
         if op is PENDING:
             return PENDING, self
-        return op, Repeat(self.gen, None if self.times is None else self.times - 1)
+        return op, Repeat._of(self.gen, None if self.times is None else self.times - 1)
 
     def update(self, ctx: Context, event: Event) -> Generator:
-        return Repeat(self.gen.update(ctx, event), self.times)
+        return Repeat._of(self.gen.update(ctx, event), self.times)
+
+    @staticmethod
+    def _of(gen: Generator, times: int | None) -> "Repeat":
+        out = Repeat.__new__(Repeat)
+        out.gen, out.times = gen, times
+        return out
 
 
 class Cycle(Generator):
@@ -336,7 +348,7 @@ class Stagger(Generator):
             return PENDING, self._with(nxt, self.rand, self.next_ns)
         due = self.next_ns if self.next_ns is not None else ctx.time_ns
         if op.time_ns < due:
-            op = op.with_(time_ns=due)
+            op = op.at_time(op.process, due)
         gap, rand = self.rand.below(self.span_ns) if self.span_ns > 0 else (0, self.rand)
         return op, self._with(nxt, rand, op.time_ns + gap)
 
@@ -368,7 +380,7 @@ class Delay(Generator):
             return PENDING, self._with(nxt, self.next_ns)
         due = self.next_ns if self.next_ns is not None else ctx.time_ns
         if op.time_ns < due:
-            op = op.with_(time_ns=due)
+            op = op.at_time(op.process, due)
         return op, self._with(nxt, op.time_ns + self.dt_ns)
 
     def update(self, ctx: Context, event: Event) -> Generator:
@@ -404,12 +416,18 @@ class OnThreads(Generator):
         if result is None:
             return None
         op, nxt = result
-        return op, OnThreads(self.keep, nxt)
+        return op, OnThreads._of(self.keep, nxt)
 
     def update(self, ctx: Context, event: Event) -> Generator:
         if not self.keep(ctx.thread_of(event.process)):
             return self
-        return OnThreads(self.keep, self.gen.update(ctx.restrict(self.keep), event))
+        return OnThreads._of(self.keep, self.gen.update(ctx.restrict(self.keep), event))
+
+    @staticmethod
+    def _of(keep: Callable[[Thread], bool], gen: Generator) -> "OnThreads":
+        out = OnThreads.__new__(OnThreads)
+        out.keep, out.gen = keep, gen
+        return out
 
 
 def _is_client_thread(thread: Thread) -> bool:
@@ -443,32 +461,32 @@ class EachThread(Generator):
         self.factory = factory
         self.gens: dict[Thread, Generator | None] = _gens if _gens is not None else {}
 
-    def _gen_for(self, thread: Thread) -> Generator | None:
-        if thread in self.gens:
-            return self.gens[thread]
-        return lift(self.factory(thread))
 
     def op(self, ctx: Context) -> OpResult:
         best: tuple[int, Invocation, Thread, Generator] | None = None
-        exhausted: list[Thread] = []
+        gens = self.gens
+        copied = False
         for thread in ctx.free_threads():
-            gen = self._gen_for(thread)
-            if gen is None:
-                continue
-            result = gen.op(ctx.restrict(lambda t, thread=thread: t == thread))
+            if thread in gens:
+                gen = gens[thread]
+                if gen is None:
+                    continue
+            else:
+                gen = lift(self.factory(thread))
+                if not copied:
+                    gens, copied = dict(gens), True
+                gens[thread] = gen
+            result = gen.op(ctx.only(thread))
             if result is None:
-                exhausted.append(thread)
+                if not copied:
+                    gens, copied = dict(gens), True
+                gens[thread] = None
                 continue
             op, nxt = result
             if op is PENDING:
                 continue
             if best is None or op.time_ns < best[0]:
                 best = (op.time_ns, op, thread, nxt)
-        gens = self.gens
-        if exhausted:
-            gens = dict(gens)
-            for thread in exhausted:
-                gens[thread] = None
         if best is None:
             if all(gens.get(t, EMPTY) is None for t in ctx.threads):
                 return None
@@ -482,11 +500,11 @@ class EachThread(Generator):
         thread = ctx.thread_of(event.process)
         if thread not in ctx.threads:
             return self
-        gen = self._gen_for(thread)
+        gen = self.gens[thread] if thread in self.gens else lift(self.factory(thread))
         if gen is None:
             return self
         gens = dict(self.gens)
-        gens[thread] = gen.update(ctx.restrict(lambda t: t == thread), event)
+        gens[thread] = gen.update(ctx.only(thread), event)
         return EachThread(self.factory, _gens=gens)
 
 

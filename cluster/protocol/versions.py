@@ -1,0 +1,77 @@
+"""The API versions this broker advertises, and the names of the API keys.
+
+librdkafka picks min(its max, our max) per API, so this table decides what every client
+speaks. The ranges follow what librdkafka 2.x sends (reference/kafka-protocol.md §4) and
+what kio 0.6.5 can decode.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+
+class ApiKey(IntEnum):
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    INIT_PRODUCER_ID = 22
+    OFFSET_FOR_LEADER_EPOCH = 23
+
+
+@dataclass(frozen=True, slots=True)
+class VersionRange:
+    min_version: int
+    max_version: int
+
+    def __contains__(self, version: object) -> bool:
+        return isinstance(version, int) and self.min_version <= version <= self.max_version
+
+
+SUPPORTED_VERSIONS: dict[ApiKey, VersionRange] = {
+    ApiKey.PRODUCE: VersionRange(3, 10),
+    ApiKey.FETCH: VersionRange(4, 16),
+    ApiKey.LIST_OFFSETS: VersionRange(1, 7),
+    ApiKey.METADATA: VersionRange(0, 12),
+    ApiKey.OFFSET_COMMIT: VersionRange(2, 9),
+    ApiKey.OFFSET_FETCH: VersionRange(1, 9),
+    ApiKey.FIND_COORDINATOR: VersionRange(0, 3),
+    ApiKey.JOIN_GROUP: VersionRange(0, 6),
+    ApiKey.HEARTBEAT: VersionRange(0, 4),
+    ApiKey.LEAVE_GROUP: VersionRange(0, 4),
+    ApiKey.SYNC_GROUP: VersionRange(0, 4),
+    ApiKey.DESCRIBE_GROUPS: VersionRange(0, 5),
+    ApiKey.LIST_GROUPS: VersionRange(0, 4),
+    ApiKey.API_VERSIONS: VersionRange(0, 3),
+    ApiKey.CREATE_TOPICS: VersionRange(2, 5),
+    ApiKey.DELETE_TOPICS: VersionRange(1, 4),
+    ApiKey.INIT_PRODUCER_ID: VersionRange(0, 4),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: VersionRange(2, 4),
+}
+
+
+def is_supported(api_key: int, api_version: int) -> bool:
+    try:
+        return api_version in SUPPORTED_VERSIONS[ApiKey(api_key)]
+    except ValueError:
+        return False
+
+
+def api_name(api_key: int) -> str:
+    try:
+        return ApiKey(api_key).name
+    except ValueError:
+        return f"UNKNOWN_API_{api_key}"

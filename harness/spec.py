@@ -1,0 +1,175 @@
+"""RunSpec: everything that defines a run, as pure data. spec.json is its serialised form.
+
+A spec alone re-runs or re-analyses a run: the checkers derive the claims under test from
+`workload`, `workload_options`, `client_config` and `cluster_config`; the report shows it;
+`command` is the exact command line that reproduces the run. Runtime handles (processes,
+files, clocks) live in `harness.run.Run`, never here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+from workloads.registry import WORKLOAD_NAMES
+
+# Fault packages the nemeses implement (nemeses/). All of them act on broker processes or
+# their network, so none can run against an external cluster.
+NEMESIS_NAMES: tuple[str, ...] = ("kill", "pause", "partition", "clock")
+PROCESS_CONTROL_NEMESES: frozenset[str] = frozenset(NEMESIS_NAMES)
+
+SPEC_VERSION = 1
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._,=+-]*$")
+_HOST_PORT_RE = re.compile(r"^[A-Za-z0-9._\-\[\]:]+:\d{1,5}$")
+
+
+class SpecError(ValueError):
+    """A spec that cannot describe a run; the message names the field and the problem."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    name: str
+    workload: str
+    seed: int
+    time_limit_s: float = 60.0
+    concurrency: int = 5
+    rate_hz: float = 100.0
+    brokers: int = 3
+    nemeses: tuple[str, ...] = ()
+    nemesis_interval_s: float = 10.0
+    workload_options: Mapping[str, Any] = field(default_factory=dict)
+    bootstrap_servers: str | None = None
+    # Effective librdkafka settings: the workload's defaults overlaid with the user's.
+    client_config: Mapping[str, str] = field(default_factory=dict)
+    # What the user passed with --client-config, verbatim.
+    client_config_overrides: Mapping[str, str] = field(default_factory=dict)
+    cluster_config: Mapping[str, str] = field(default_factory=dict)
+    quiet_period_s: float = 5.0
+    final_time_limit_s: float = 60.0
+    # Seconds of calm before the first fault (Bufstream's harness found early faults can
+    # leave a cluster that never finished starting permanently unusable).
+    initial_quiet_s: float = 5.0
+    command: str = ""
+    version: int = SPEC_VERSION
+
+    def __post_init__(self) -> None:
+        # Normalise containers so equal specs compare equal whatever the caller passed.
+        object.__setattr__(self, "nemeses", tuple(self.nemeses))
+        for name in ("workload_options", "client_config", "client_config_overrides", "cluster_config"):
+            object.__setattr__(self, name, dict(getattr(self, name)))
+        self.validate()
+
+    def validate(self) -> None:
+        _check(isinstance(self.name, str) and bool(_NAME_RE.match(self.name)),
+               "name", f"{self.name!r} must start with a letter or digit and use only letters, digits, spaces and ._,=+-")
+        _check(self.workload in WORKLOAD_NAMES, "workload",
+               f"unknown workload {self.workload!r}; known: {', '.join(WORKLOAD_NAMES)}")
+        _check(_is_int(self.seed) and 0 <= self.seed < 2**63, "seed", f"{self.seed!r} must be an integer in [0, 2^63)")
+        _check(_is_positive(self.time_limit_s), "time_limit_s", f"{self.time_limit_s!r} must be a positive number of seconds")
+        _check(_is_int(self.concurrency) and self.concurrency >= 1, "concurrency", f"{self.concurrency!r} must be an integer ≥ 1")
+        _check(_is_positive(self.rate_hz), "rate_hz", f"{self.rate_hz!r} must be a positive rate in ops/s")
+        _check(_is_int(self.brokers) and 1 <= self.brokers <= 200, "brokers", f"{self.brokers!r} must be an integer in [1, 200]")
+        for nemesis in self.nemeses:
+            _check(nemesis in NEMESIS_NAMES, "nemeses", f"unknown nemesis {nemesis!r}; known: {', '.join(NEMESIS_NAMES)}")
+        _check(len(set(self.nemeses)) == len(self.nemeses), "nemeses", f"{list(self.nemeses)} names a nemesis twice")
+        _check(_is_positive(self.nemesis_interval_s), "nemesis_interval_s", f"{self.nemesis_interval_s!r} must be a positive number of seconds")
+        for name in ("quiet_period_s", "initial_quiet_s"):
+            value = getattr(self, name)
+            _check(_is_number(value) and value >= 0, name, f"{value!r} must be a non-negative number of seconds")
+        _check(_is_positive(self.final_time_limit_s), "final_time_limit_s", f"{self.final_time_limit_s!r} must be a positive number of seconds")
+        if self.bootstrap_servers is not None:
+            servers = str(self.bootstrap_servers).split(",")
+            for server in servers:
+                _check(bool(_HOST_PORT_RE.match(server.strip())), "bootstrap_servers", f"{server!r} is not host:port")
+            needs_control = [n for n in self.nemeses if n in PROCESS_CONTROL_NEMESES]
+            _check(not needs_control, "nemeses",
+                   f"{', '.join(needs_control)} needs control of the broker processes and cannot run against an "
+                   "external cluster (--bootstrap-servers); run without --nemesis or on the bundled cluster")
+        for name in ("client_config", "client_config_overrides", "cluster_config"):
+            for key, value in getattr(self, name).items():
+                _check(isinstance(key, str) and key.strip() == key and key != "" and isinstance(value, str),
+                       name, f"{key!r}={value!r}: keys and values must be non-empty strings")
+        for key in self.workload_options:
+            _check(isinstance(key, str) and key != "", "workload_options", f"option name {key!r} must be a non-empty string")
+        _check(self.version == SPEC_VERSION, "version", f"spec version {self.version!r} is not {SPEC_VERSION}")
+
+    @property
+    def external_cluster(self) -> bool:
+        return self.bootstrap_servers is not None
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["nemeses"] = list(self.nemeses)
+        return out
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        Path(path).write_text(json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> "RunSpec":
+        if not isinstance(raw, Mapping):
+            raise SpecError(f"spec must be a JSON object, not {type(raw).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise SpecError(f"spec has unknown field(s): {', '.join(unknown)}")
+        for required in ("name", "workload", "seed"):
+            if required not in raw:
+                raise SpecError(f"spec is missing field {required!r}")
+        kwargs = dict(raw)
+        if "nemeses" in kwargs:
+            if not isinstance(kwargs["nemeses"], list):
+                raise SpecError(f"nemeses: {kwargs['nemeses']!r} must be a list of names")
+            kwargs["nemeses"] = tuple(kwargs["nemeses"])
+        for name in ("workload_options", "client_config", "client_config_overrides", "cluster_config"):
+            if name in kwargs and not isinstance(kwargs[name], Mapping):
+                raise SpecError(f"{name}: {kwargs[name]!r} must be an object")
+        return cls(**kwargs)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> "RunSpec":
+        try:
+            raw = json.loads(Path(path).read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise SpecError(f"{path}: not valid JSON: {exc}") from None
+        try:
+            return cls.from_json(raw)
+        except SpecError as exc:
+            raise SpecError(f"{path}: {exc}") from None
+
+
+def _check(ok: bool, name: str, problem: str) -> None:
+    if not ok:
+        raise SpecError(f"{name}: {problem}")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_positive(value: Any) -> bool:
+    return _is_number(value) and value > 0
+
+
+def parse_key_values(items: list[str] | None, what: str) -> dict[str, str]:
+    """`["acks=all", "linger.ms=5"]` -> {"acks": "all", "linger.ms": "5"}; names the bad item."""
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key or not value:
+            raise SpecError(f"{what}: {item!r} is not key=value")
+        if any(c.isspace() for c in key):
+            raise SpecError(f"{what}: key {key!r} contains whitespace")
+        out[key] = value
+    return out

@@ -1,0 +1,53 @@
+"""What every workload gives the harness: its generators, its clients and its set-up."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+from harness.generator import Completion, Generator, Invocation
+
+
+class Client(Protocol):
+    """One Jepsen process's connection to the system. Used by one thread at a time.
+
+    invoke never raises for an outcome it can classify; the run loop turns anything it does
+    raise into an `info` completion (the outcome is unknown) and retires the process."""
+
+    def invoke(self, invocation: Invocation) -> Completion: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Workload:
+    """generator: the main phase for client threads (the harness adds the rate and time
+    limit). final_generator: the drain that runs after faults are healed (it reads to the
+    end). open_client(process): a fresh client for a process id. setup(): create what the
+    workload needs on the cluster before the first op."""
+
+    name: str
+    generator: Generator
+    final_generator: Generator | None
+    open_client: Callable[[int], Client]
+    setup: Callable[[], None]
+
+
+def option(options: dict, name: str, default, kind: type, *, check: Callable[[object], bool] | None = None,
+           expect: str = ""):
+    """A workload option, converted from its command-line string form and checked."""
+    raw = options.get(name, default)
+    try:
+        if kind is bool and isinstance(raw, str):
+            if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError(raw)
+            value = raw.lower() in ("true", "1", "yes")
+        elif kind is list and isinstance(raw, str):
+            value = [part.strip() for part in raw.split(",") if part.strip()]
+        else:
+            value = kind(raw)
+    except (TypeError, ValueError):
+        raise ValueError(f"workload option {name}={raw!r} is not a valid {kind.__name__}") from None
+    if check is not None and not check(value):
+        raise ValueError(f"workload option {name}={raw!r}: {expect}")
+    return value

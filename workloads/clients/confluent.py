@@ -1,0 +1,380 @@
+"""confluent-kafka (librdkafka) clients for the workloads: micro-ops in, Jepsen outcomes out.
+
+Keys are abstract ints, one per topic-partition: key k is partition k % P of topic
+`<prefix><k // P>` (Jepsen's layout, P = partitions per topic). Values are ints, sent as
+their decimal text. Every error goes through `errors.classify`, so whether an op is
+definite (fail) or indefinite (info) is decided in one table.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_INVALID, OFFSET_STORED, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from harness.generator import Completion, Invocation
+from workloads.clients.errors import Outcome, classify, describe
+
+log = logging.getLogger("logquake.client")
+
+# librdkafka warns about settings that do not apply to the client type; these lists keep
+# each client's configuration to what applies to it. Anything not listed goes to both.
+PRODUCER_ONLY = frozenset({
+    "acks", "request.required.acks", "enable.idempotence", "message.timeout.ms", "delivery.timeout.ms",
+    "request.timeout.ms", "retries", "message.send.max.retries", "linger.ms", "queue.buffering.max.ms",
+    "queue.buffering.max.messages", "queue.buffering.max.kbytes", "batch.num.messages", "batch.size",
+    "compression.type", "compression.codec", "transactional.id", "transaction.timeout.ms", "partitioner",
+    "enable.gapless.guarantee", "sticky.partitioning.linger.ms",
+})
+CONSUMER_ONLY = frozenset({
+    "group.id", "group.instance.id", "auto.offset.reset", "enable.auto.commit", "auto.commit.interval.ms",
+    "enable.auto.offset.store", "session.timeout.ms", "heartbeat.interval.ms", "isolation.level",
+    "enable.partition.eof", "max.poll.interval.ms", "partition.assignment.strategy", "fetch.wait.max.ms",
+    "fetch.min.bytes", "fetch.max.bytes", "max.partition.fetch.bytes", "fetch.message.max.bytes",
+    "queued.min.messages", "queued.max.messages.kbytes", "check.crcs", "group.protocol", "group.remote.assignor",
+    "coordinator.query.interval.ms", "fetch.error.backoff.ms", "group.protocol.type",
+})
+SEND_TIMEOUT_S = 10.0  # Jepsen derefs a send for 10 s before calling it a timeout (info)
+CLOSE_TIMEOUT_S = 5.0  # a close that hangs (partitioned coordinator) must not hang the run
+
+
+def producer_config(client_config: dict[str, str], bootstrap_servers: str) -> dict[str, Any]:
+    conf: dict[str, Any] = {k: v for k, v in client_config.items() if k not in CONSUMER_ONLY}
+    conf["bootstrap.servers"] = bootstrap_servers
+    conf["logger"] = log
+    return conf
+
+
+def consumer_config(client_config: dict[str, str], bootstrap_servers: str) -> dict[str, Any]:
+    conf: dict[str, Any] = {k: v for k, v in client_config.items() if k not in PRODUCER_ONLY}
+    conf["bootstrap.servers"] = bootstrap_servers
+    conf["logger"] = log
+    return conf
+
+
+@dataclass(frozen=True)
+class KeyMap:
+    """Abstract keys <-> topic-partitions."""
+
+    topic_prefix: str
+    partitions_per_topic: int
+
+    def topic(self, key: int) -> str:
+        return f"{self.topic_prefix}{key // self.partitions_per_topic}"
+
+    def partition(self, key: int) -> int:
+        return key % self.partitions_per_topic
+
+    def key(self, topic: str, partition: int) -> int | None:
+        if not topic.startswith(self.topic_prefix):
+            return None
+        suffix = topic[len(self.topic_prefix):]
+        if not suffix.isdigit():
+            return None
+        return int(suffix) * self.partitions_per_topic + partition
+
+    def topic_partition(self, key: int, offset: int = OFFSET_INVALID) -> TopicPartition:
+        return TopicPartition(self.topic(key), self.partition(key), offset)
+
+
+class TopicError(Exception):
+    def __init__(self, outcome: Outcome):
+        super().__init__(str(outcome.error))
+        self.outcome = outcome
+
+
+@dataclass
+class TopicCreator:
+    """Creates topics on demand, as Jepsen's client does before the first send to a key."""
+
+    bootstrap_servers: str
+    client_config: dict[str, str]
+    partitions_per_topic: int
+    replication_factor: int
+    topic_config: dict[str, str] = field(default_factory=dict)
+    timeout_s: float = 10.0
+    _known: set[str] = field(default_factory=set)
+    _admin: AdminClient | None = None
+
+    def ensure(self, topics: Iterable[str]) -> None:
+        missing = sorted(set(topics) - self._known)
+        if not missing:
+            return
+        if self._admin is None:
+            conf = {k: v for k, v in self.client_config.items()
+                    if k not in PRODUCER_ONLY and k not in CONSUMER_ONLY}
+            conf["bootstrap.servers"] = self.bootstrap_servers
+            conf["logger"] = log
+            self._admin = AdminClient(conf)
+        new = [NewTopic(t, num_partitions=self.partitions_per_topic, replication_factor=self.replication_factor,
+                        config=dict(self.topic_config)) for t in missing]
+        futures = self._admin.create_topics(new, operation_timeout=self.timeout_s, request_timeout=self.timeout_s)
+        for topic, future in futures.items():
+            try:
+                future.result(timeout=self.timeout_s + 1)
+            except KafkaException as exc:
+                err = exc.args[0]
+                if err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    # The send was never attempted, so the op definitely did not happen.
+                    raise TopicError(Outcome("fail", ["create-topic", err.str()])) from None
+            except Exception as exc:  # futures time out with concurrent.futures.TimeoutError
+                raise TopicError(Outcome("fail", ["create-topic", f"{type(exc).__name__}: {exc}"])) from None
+            self._known.add(topic)
+
+
+class Sender:
+    """A producer that sends one record at a time and waits for its acknowledgement."""
+
+    def __init__(self, client_config: dict[str, str], bootstrap_servers: str, keys: KeyMap):
+        self.keys = keys
+        self.producer = Producer(producer_config(client_config, bootstrap_servers))
+
+    def send(self, key: int, value: int) -> tuple[Outcome | None, int | None]:
+        """(None, offset) when acknowledged (offset None if the broker gave none, as with
+        acks=0); (outcome, None) otherwise."""
+        done = threading.Event()
+        report: dict[str, Any] = {}
+
+        def on_delivery(err: KafkaError | None, msg: Any) -> None:
+            report["err"], report["msg"] = err, msg
+            done.set()
+
+        self.producer.produce(self.keys.topic(key), value=str(value).encode(), key=str(key).encode(),
+                              partition=self.keys.partition(key), on_delivery=on_delivery)
+        deadline = time.monotonic() + SEND_TIMEOUT_S
+        while not done.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return Outcome("info", "timeout"), None
+            self.producer.poll(min(remaining, 0.05))
+        if report["err"] is not None:
+            return classify(report["err"]), None
+        msg = report["msg"]
+        if self.keys.key(msg.topic(), msg.partition()) != key:
+            return Outcome("info", ["wrong-partition", f"{msg.topic()}/{msg.partition()}"]), None
+        offset = msg.offset()
+        return None, (offset if offset is not None and offset >= 0 else None)
+
+    def close(self) -> None:
+        # Drop what is still queued: this process is over, and its pending sends are
+        # already recorded as indefinite.
+        try:
+            self.producer.purge(in_queue=True, in_flight=True, blocking=False)
+            self.producer.flush(0)
+        except Exception as exc:  # closing is best effort; the outcome is already recorded
+            log.debug("producer close: %s", exc)
+
+
+def close_with_timeout(close: Any, what: str) -> None:
+    """Run a close call in a helper thread and give up after CLOSE_TIMEOUT_S: librdkafka's
+    consumer close waits for the group coordinator, which a partition can make unreachable."""
+    thread = threading.Thread(target=_quietly, args=(close, what), name=f"close-{what}", daemon=True)
+    thread.start()
+    thread.join(CLOSE_TIMEOUT_S)
+    if thread.is_alive():
+        log.warning("%s close did not finish in %.0f s; abandoning it", what, CLOSE_TIMEOUT_S)
+
+
+def _quietly(close: Any, what: str) -> None:
+    try:
+        close()
+    except Exception as exc:
+        log.debug("%s close: %s", what, exc)
+
+
+def records_by_key(messages: list[Any], keys: KeyMap) -> tuple[dict[int, list[list[int]]], Outcome | None]:
+    """Group polled messages as {key: [[offset, value], ...]}, in poll order; the first
+    message carrying an error becomes the outcome (records before it are kept)."""
+    out: dict[int, list[list[int]]] = {}
+    for msg in messages:
+        err = msg.error()
+        if err is not None:
+            if err.code() == KafkaError._PARTITION_EOF:
+                continue
+            return out, classify(err)
+        key = keys.key(msg.topic(), msg.partition())
+        if key is None:
+            continue
+        try:
+            value = int(msg.value())
+        except (TypeError, ValueError):
+            return out, Outcome("info", ["unparseable-value", repr(msg.value())[:80]])
+        out.setdefault(key, []).append([msg.offset(), value])
+    return out, None
+
+
+class QueueClient:
+    """Jepsen's queue client: a producer and a consumer per process (topics made on demand)."""
+
+    def __init__(self, *, bootstrap_servers: str, client_config: dict[str, str], keys: KeyMap,
+                 topics: TopicCreator, max_poll_records: int = 500, default_poll_ms: int = 100):
+        self.keys = keys
+        self.topics = topics
+        self.client_config = client_config
+        self.bootstrap_servers = bootstrap_servers
+        self.max_poll_records = max_poll_records
+        self.default_poll_ms = default_poll_ms
+        self._sender: Sender | None = None
+        self._consumer: Consumer | None = None
+        self._subscribed = False
+        self._rebalance_log: list[dict[str, Any]] = []
+        self._auto_commit = client_config.get("enable.auto.commit", "true").lower() == "true"
+
+    # -- lazily made halves: a process that only polls never opens a producer
+    def _producer(self) -> Sender:
+        if self._sender is None:
+            self._sender = Sender(self.client_config, self.bootstrap_servers, self.keys)
+        return self._sender
+
+    def _consumer_(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = Consumer(consumer_config(self.client_config, self.bootstrap_servers))
+        return self._consumer
+
+    def invoke(self, invocation: Invocation) -> Completion:
+        f = invocation.f
+        try:
+            if f == "send":
+                completion = self._send(invocation.value)
+            elif f == "poll":
+                completion = self._poll(invocation)
+            elif f == "assign":
+                completion = self._assign(invocation)
+            elif f == "subscribe":
+                completion = self._subscribe(invocation)
+            elif f == "crash":
+                self.close()
+                return Completion("info", None, error="crash")
+            else:
+                return Completion("fail", invocation.value, error=["unsupported-op", f])
+        except TopicError as exc:
+            completion = Completion(exc.outcome.type, invocation.value, error=exc.outcome.error)
+        if self._rebalance_log:
+            completion = Completion(completion.type, completion.value, completion.error,
+                                    {**completion.extra, "rebalance_log": self._rebalance_log},
+                                    completion.end_process)
+            self._rebalance_log = []
+        return completion
+
+    def _send(self, mops: list) -> Completion:
+        self.topics.ensure(self.keys.topic(k) for _, k, _ in mops)
+        sender = self._producer()
+        done: list = []
+        for i, (_, key, value) in enumerate(mops):
+            outcome, offset = sender.send(key, value)
+            if outcome is not None:
+                # What was acknowledged stays recorded; the rest keeps its raw value.
+                rest = [list(m) for m in mops[i:]]
+                return Completion(outcome.type, done + rest, error=outcome.error, end_process=outcome.end_process)
+            done.append(["send", key, [offset, value]])
+        return Completion("ok", done)
+
+    def _poll(self, invocation: Invocation) -> Completion:
+        consumer = self._consumer_()
+        poll_ms = int(invocation.extra.get("poll_ms", self.default_poll_ms))
+        results: list = []
+        first_offsets: dict[int, int] = {}
+        for _ in invocation.value:
+            try:
+                messages = consumer.consume(num_messages=self.max_poll_records, timeout=poll_ms / 1000)
+            except (KafkaException, RuntimeError) as exc:
+                outcome = describe(exc)
+                self._rollback(first_offsets)
+                return Completion(outcome.type, results + [["poll", {}]], error=outcome.error,
+                                  end_process=outcome.end_process)
+            by_key, outcome = records_by_key(messages, self.keys)
+            for key, pairs in by_key.items():
+                first_offsets.setdefault(key, pairs[0][0])
+            results.append(["poll", by_key])
+            if outcome is not None and outcome.error == "unknown-topic-or-partition":
+                outcome = None  # Jepsen: polling a topic that does not exist yet reads nothing
+            if outcome is not None and outcome.type == "info" and isinstance(outcome.error, list) \
+                    and outcome.error[0] in ("disconnect", "network"):
+                # librdkafka reports connection trouble as consumer events and reconnects by
+                # itself; the records this poll returned are still the records it returned.
+                log.debug("poll: transient %s", outcome.error)
+                outcome = None
+            if outcome is not None:
+                self._rollback(first_offsets)
+                return Completion(outcome.type, results, error=outcome.error, end_process=outcome.end_process)
+        completion = Completion("ok", results)
+        if self._subscribed and not self._auto_commit and first_offsets:
+            try:
+                consumer.commit(asynchronous=False)
+            except KafkaException as exc:
+                err = exc.args[0]
+                if err.code() != KafkaError._NO_OFFSET:
+                    # Jepsen: the poll happened; the failed commit is noted, not fatal.
+                    completion = Completion("ok", results, error=["consumer-commit", err.str()])
+        return completion
+
+    def _rollback(self, first_offsets: dict[int, int]) -> None:
+        """A poll that did not complete ok must leave the consumer where the last ok one
+        left it: seek every key it read back to the first offset it read."""
+        if self._consumer is None:
+            return
+        for key, offset in first_offsets.items():
+            try:
+                self._consumer.seek(self.keys.topic_partition(key, offset))
+            except (KafkaException, RuntimeError) as exc:
+                log.debug("rollback seek of key %s to %s failed: %s", key, offset, exc)
+
+    def _assign(self, invocation: Invocation) -> Completion:
+        keys = sorted(set(invocation.value))
+        self.topics.ensure(self.keys.topic(k) for k in keys)
+        consumer = self._consumer_()
+        seek_to_beginning = bool(invocation.extra.get("seek_to_beginning"))
+        kept: dict[int, int] = {}
+        if not seek_to_beginning and not self._subscribed:
+            # librdkafka's assign replaces everything; keep the position of keys that stay,
+            # as the Java client's assign does.
+            try:
+                for tp in consumer.position(consumer.assignment()):
+                    key = self.keys.key(tp.topic, tp.partition)
+                    if key is not None and tp.offset >= 0:
+                        kept[key] = tp.offset
+            except KafkaException as exc:
+                log.debug("position before assign: %s", exc)
+        if self._subscribed:
+            consumer.unsubscribe()
+            self._subscribed = False
+        start = OFFSET_BEGINNING if seek_to_beginning else OFFSET_STORED
+        consumer.assign([self.keys.topic_partition(k, kept.get(k, start)) for k in keys])
+        return Completion("ok", invocation.value)
+
+    def _subscribe(self, invocation: Invocation) -> Completion:
+        topics = sorted({self.keys.topic(k) for k in invocation.value})
+        self.topics.ensure(topics)
+        consumer = self._consumer_()
+        if not self._subscribed:
+            consumer.unassign()
+        consumer.subscribe(topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost)
+        self._subscribed = True
+        return Completion("ok", invocation.value)
+
+    def _log_rebalance(self, kind: str, partitions: list[TopicPartition]) -> None:
+        keys = sorted(k for k in (self.keys.key(tp.topic, tp.partition) for tp in partitions) if k is not None)
+        self._rebalance_log.append({"type": kind, "keys": keys})
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._log_rebalance("assigned", partitions)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._log_rebalance("revoked", partitions)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._log_rebalance("lost", partitions)
+
+    def close(self) -> None:
+        if self._sender is not None:
+            self._sender.close()
+            self._sender = None
+        if self._consumer is not None:
+            close_with_timeout(self._consumer.close, "consumer")
+            self._consumer = None
+        self._subscribed = False

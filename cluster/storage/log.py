@@ -1,0 +1,563 @@
+"""A partition's durable log: segments, recovery, reads, flush policy, truncation, retention.
+
+Kafka's design in miniature. Batches arrive already stamped with their offsets and are
+appended whole; reads return whole batches. Nothing here reads a clock: every time-dependent
+call takes `now_ms`. All file access goes through the injected `Disk`.
+
+Durability: bytes are durable once fsynced, and `recovery_point` says how far that is. The
+flush policy fsyncs after `flush_interval_messages` offsets or, through `maybe_flush`, after
+`flush_interval_ms`; by default it never does (Kafka's default: durability comes from
+replication). As in Kafka, rolling to a new segment flushes the old one, so at most the
+active segment is ever unflushed.
+
+Files in the partition directory:
+  <20-digit base offset>.log    batches back to back
+  <20-digit base offset>.index  sparse index (see index.py), rebuildable
+  leader-epoch-checkpoint      see epochs.py
+  recovery-point               the offset below which everything was fsynced, as text
+  log-start-offset             the first offset still offered, as text (only once it has moved)
+
+Recovery on open scans, with CRC checks, every segment from the one holding the checkpointed
+recovery point on, and cuts the log at the first torn, corrupt or out-of-sequence batch.
+Segments wholly below it were fsynced before the checkpoint was written; only their index is
+checked and the batches after its last entry rescanned.
+"""
+
+from __future__ import annotations
+
+import bisect
+import posixpath
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from cluster.storage.batch import HEADER_SIZE, BatchHeader, InvalidBatchError, crc_is_valid, parse_header
+from cluster.storage.config import LogConfig
+from cluster.storage.disk import Bytes, Disk
+from cluster.storage.epochs import CorruptCheckpointError, LeaderEpochCache
+from cluster.storage.segment import INDEX_SUFFIX, Segment, parse_segment_file_name
+
+__all__ = ["LogConfig", "OffsetOutOfRangeError", "PartitionLog", "RecoveryReport"]
+
+RECOVERY_POINT_FILE = "recovery-point"
+LOG_START_OFFSET_FILE = "log-start-offset"
+_TMP_SUFFIX = ".tmp"
+
+
+class OffsetOutOfRangeError(Exception):
+    """An offset outside [log_start_offset, log_end_offset] (Kafka: OFFSET_OUT_OF_RANGE)."""
+
+    def __init__(self, offset: int, log_start_offset: int, log_end_offset: int) -> None:
+        super().__init__(f"offset {offset} is outside the log [{log_start_offset}, {log_end_offset}]")
+        self.offset = offset
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+
+
+@dataclass(frozen=True)
+class RecoveryReport:
+    segments: int
+    batches: int  # batches read and validated while opening
+    truncated_bytes: int  # torn or corrupt tail removed on open
+    reason: str | None  # e.g. "CRC mismatch at offset 1234 (byte 0) in 00000000000000001000.log"
+    # What else was rebuilt on open and why (a missing or invalid index, a lost checkpoint).
+    rebuilt: tuple[str, ...] = ()
+
+
+class PartitionLog:
+    def __init__(self, disk: Disk, directory: str, config: LogConfig, now_ms: int) -> None:
+        self._disk = disk
+        self.directory = directory
+        self.config = config
+        self._segments: list[Segment] = []
+        self._bases: list[int] = []
+        self._log_start_offset = 0
+        self._recovery_point = 0
+        self._checkpointed_recovery_point = -1
+        self._size_bytes = 0
+        self._last_flush_ms = now_ms
+        self.epochs = LeaderEpochCache(disk, directory)
+        self.recovery = RecoveryReport(0, 0, 0, None)
+        self._closed = False
+
+    # ---- opening and recovery ---------------------------------------------------------
+
+    @classmethod
+    def open(cls, disk: Disk, directory: str, config: LogConfig, *, now_ms: int) -> PartitionLog:
+        log = cls(disk, directory, config, now_ms)
+        log._recover(now_ms)
+        return log
+
+    def _path(self, name: str) -> str:
+        return posixpath.join(self.directory, name)
+
+    def _read_offset_file(self, name: str, rebuilt: list[str]) -> int | None:
+        path = self._path(name)
+        if not self._disk.exists(path):
+            return None
+        text = self._disk.read_all(path).decode("ascii", errors="replace").strip()
+        if text.isdigit():
+            return int(text)
+        rebuilt.append(f"{name} holds {text[:40]!r}, not an offset; ignored")
+        return None
+
+    def _write_offset_file(self, name: str, offset: int) -> None:
+        self._disk.write_atomic(self._path(name), f"{offset}\n".encode("ascii"))
+
+    def _recover(self, now_ms: int) -> None:
+        disk, config = self._disk, self.config
+        disk.makedirs(self.directory)
+        rebuilt: list[str] = []
+        names = disk.listdir(self.directory)
+        bases = sorted(base for base in map(parse_segment_file_name, names) if base is not None)
+        base_set = set(bases)
+        for name in names:
+            # Leftovers of an interrupted write_atomic, and indexes whose segment was deleted.
+            stem = name.split(".", 1)[0]
+            orphan_index = name.endswith(INDEX_SUFFIX) and stem.isdigit() and int(stem) not in base_set
+            if name.endswith(_TMP_SUFFIX) or orphan_index:
+                disk.remove(self._path(name))
+
+        checkpoint = self._read_offset_file(RECOVERY_POINT_FILE, rebuilt) or 0
+        log_start_checkpoint = self._read_offset_file(LOG_START_OFFSET_FILE, rebuilt)
+        try:
+            self.epochs = LeaderEpochCache.load(disk, self.directory)
+            epochs_trusted = disk.exists(self.epochs.path) or not bases
+            if not epochs_trusted:
+                rebuilt.append("leader-epoch-checkpoint is missing; rebuilt from batch headers")
+        except CorruptCheckpointError as error:
+            self.epochs = LeaderEpochCache(disk, self.directory)
+            epochs_trusted = False
+            rebuilt.append(f"{error}; rebuilt from batch headers")
+
+        batches = truncated = 0
+        reason: str | None = None
+        scanned_epochs: list[tuple[int, int]] = []
+        scanned_segments: list[Segment] = []
+        for i, base in enumerate(bases):
+            segment = Segment(disk, self.directory, base, index_interval_bytes=config.index_interval_bytes, created_ms=now_ms)
+            if reason is not None:
+                truncated += disk.file_size(segment.log_path)
+                segment.delete()
+                continue
+            expected = self._segments[-1].next_offset if self._segments else None
+            if expected is not None and base != expected:
+                reason = f"{segment.name} starts at offset {base}, but the log before it ends at {expected}"
+                truncated += disk.file_size(segment.log_path)
+                segment.delete()
+                continue
+            result, epoch_starts = segment.load(trusted_below=checkpoint)
+            batches += result.batches_scanned
+            scanned_epochs += epoch_starts
+            if segment.next_offset > checkpoint:
+                scanned_segments.append(segment)
+            if result.index_rebuild_reason is not None:
+                rebuilt.append(f"{result.index_rebuild_reason}; rebuilt")
+            if result.problem is not None:
+                reason = result.problem
+                truncated += result.invalid_tail_bytes
+                segment.cut_invalid_tail()
+            self._segments.append(segment)
+
+        if not self._segments:
+            start = log_start_checkpoint or 0
+            self._segments.append(Segment.create(disk, self.directory, start, index_interval_bytes=config.index_interval_bytes, now_ms=now_ms))
+        self._bases = [s.base_offset for s in self._segments]
+        self._size_bytes = sum(s.size_bytes for s in self._segments)
+        self._log_start_offset = max(self._segments[0].base_offset, log_start_checkpoint or 0)
+        if self._log_start_offset > self.log_end_offset:
+            # A crash lost data the log start had already moved past: start empty there, so
+            # the log start never moves backwards.
+            rebuilt.append(f"log start {self._log_start_offset} is past the recovered end {self.log_end_offset}; log restarted empty there")
+            self._reset_to(self._log_start_offset, now_ms)
+
+        for segment in scanned_segments:
+            if segment is not self._segments[-1] and segment in self._segments:
+                segment.fsync_closed()
+        self._segments[-1].open_for_append()
+        self._segments[-1].fsync()
+        self._recovery_point = self.log_end_offset
+        self._write_recovery_point()
+
+        leo = self.log_end_offset
+        if epochs_trusted:
+            self.epochs.truncate_from_end(leo)
+            for epoch, start_offset in scanned_epochs:
+                if start_offset < leo:
+                    self.epochs.assign(epoch, start_offset)
+        else:
+            self.epochs.replace(self._epoch_starts_from_headers())
+        self.epochs.truncate_from_start(self._log_start_offset)
+        self._delete_segments_below_log_start()
+        self.recovery = RecoveryReport(len(self._segments), batches, truncated, reason, tuple(rebuilt))
+
+    def _epoch_starts_from_headers(self) -> list[tuple[int, int]]:
+        starts: list[tuple[int, int]] = []
+        for header in self.batch_headers(self._segments[0].base_offset):
+            if header.partition_leader_epoch > (starts[-1][0] if starts else -1):
+                starts.append((header.partition_leader_epoch, header.base_offset))
+        return starts
+
+    # ---- state ------------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def size_bytes(self) -> int:
+        return self._size_bytes
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._segments)
+
+    @property
+    def segment_base_offsets(self) -> list[int]:
+        return list(self._bases)
+
+    @property
+    def active_segment(self) -> Segment:
+        return self._segments[-1]
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"log {self.directory} is closed")
+
+    def _segment_index_for(self, offset: int) -> int:
+        return max(bisect.bisect_right(self._bases, offset) - 1, 0)
+
+    # ---- appending --------------------------------------------------------------------
+
+    def append(self, batch: Bytes, *, now_ms: int) -> BatchHeader:
+        self._check_open()
+        view = memoryview(batch).cast("B")
+        header = parse_header(view)
+        if header.size_bytes != len(view):
+            raise InvalidBatchError(f"append expects exactly one batch: got {len(view)} bytes, the header says {header.size_bytes}")
+        if not crc_is_valid(view, header):
+            raise InvalidBatchError(f"batch at offset {header.base_offset} fails its CRC-32C check")
+        leo = self.log_end_offset
+        if header.base_offset != leo:
+            raise ValueError(f"batch base offset {header.base_offset} is not the log end offset {leo} of {self.directory}")
+        active = self._segments[-1]
+        if self._should_roll(active, header, now_ms):
+            active = self._roll(now_ms)
+        if header.partition_leader_epoch > self.epochs.latest_epoch:
+            self.epochs.assign(header.partition_leader_epoch, header.base_offset)
+        active.append(view, header)
+        self._size_bytes += header.size_bytes
+        interval = self.config.flush_interval_messages
+        if interval is not None and self.log_end_offset - self._recovery_point >= interval:
+            self._flush(now_ms)
+        return header
+
+    def _should_roll(self, active: Segment, header: BatchHeader, now_ms: int) -> bool:
+        if active.is_empty:
+            return False
+        if active.size_bytes + header.size_bytes > self.config.segment_bytes or not active.fits_offsets(header):
+            return True
+        segment_ms = self.config.segment_ms
+        if segment_ms is None:
+            return False
+        # Kafka measures a segment's age by record time (the first batch's max timestamp)
+        # and falls back to the creation time only when batches carry no timestamps.
+        first = active.first_batch_timestamp_ms
+        if first is not None and first >= 0:
+            return header.max_timestamp_ms - first > segment_ms
+        return now_ms - active.created_ms > segment_ms
+
+    def _roll(self, now_ms: int) -> Segment:
+        old = self._segments[-1]
+        old.seal()
+        self._recovery_point = old.next_offset
+        self._last_flush_ms = now_ms
+        self._write_recovery_point()
+        new = Segment.create(self._disk, self.directory, old.next_offset, index_interval_bytes=self.config.index_interval_bytes, now_ms=now_ms)
+        self._segments.append(new)
+        self._bases.append(new.base_offset)
+        return new
+
+    def roll(self, *, now_ms: int) -> None:
+        """Start a new segment now (if the active one holds anything)."""
+        self._check_open()
+        if not self._segments[-1].is_empty:
+            self._roll(now_ms)
+
+    # ---- flushing ---------------------------------------------------------------------
+
+    def _write_recovery_point(self) -> None:
+        if self._recovery_point != self._checkpointed_recovery_point:
+            self._write_offset_file(RECOVERY_POINT_FILE, self._recovery_point)
+            self._checkpointed_recovery_point = self._recovery_point
+
+    def _flush(self, now_ms: int | None) -> None:
+        if self._recovery_point < self.log_end_offset:
+            self._segments[-1].fsync()
+            self._recovery_point = self.log_end_offset
+        if now_ms is not None:
+            self._last_flush_ms = now_ms
+
+    def flush(self) -> None:
+        """Fsync everything appended so far; recovery_point becomes log_end_offset.
+
+        The recovery-point file is rewritten lazily (on roll, truncation and close): a stale
+        one only makes the next recovery scan more, never trust more."""
+        self._check_open()
+        self._flush(None)
+
+    def maybe_flush(self, *, now_ms: int) -> bool:
+        """Apply flush.ms: fsync if there is unflushed data and the interval has passed."""
+        self._check_open()
+        interval = self.config.flush_interval_ms
+        if interval is None or self._recovery_point >= self.log_end_offset:
+            return False
+        if now_ms - self._last_flush_ms < interval:
+            return False
+        self._flush(now_ms)
+        return True
+
+    # ---- reading ----------------------------------------------------------------------
+
+    def _check_offset(self, offset: int) -> None:
+        if offset < self._log_start_offset or offset > self.log_end_offset:
+            raise OffsetOutOfRangeError(offset, self._log_start_offset, self.log_end_offset)
+
+    def read(self, fetch_offset: int, max_bytes: int, *, max_offset: int | None = None) -> list[bytes | memoryview]:
+        """Whole batches from the one holding `fetch_offset`, each its own element.
+
+        Stops before a batch whose base offset is >= max_offset, and before a batch that would
+        take the total past max_bytes, but returns at least one batch when there is one
+        (KIP-74). Raises OffsetOutOfRangeError outside [log_start_offset, log_end_offset]."""
+        self._check_open()
+        if max_bytes < 0:
+            raise ValueError(f"max_bytes {max_bytes} is negative")
+        self._check_offset(fetch_offset)
+        bound = self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)
+        if fetch_offset >= bound:
+            return []
+        out: list[bytes | memoryview] = []
+        total = 0
+        segment_index = self._segment_index_for(fetch_offset)
+        located = self._segments[segment_index].locate(fetch_offset)
+        if located is None:
+            raise OffsetOutOfRangeError(fetch_offset, self._log_start_offset, self.log_end_offset)
+        position, first = located
+        while True:
+            segment = self._segments[segment_index]
+            want = max_bytes - total if out else max(max_bytes, first.size_bytes)
+            chunk = memoryview(segment.read(position, want))
+            at = 0
+            while at < len(chunk):
+                if len(chunk) - at < HEADER_SIZE:
+                    return out  # the next batch does not fit in max_bytes
+                header = parse_header(chunk, at)
+                if at + header.size_bytes > len(chunk) or header.base_offset >= bound:
+                    return out
+                out.append(chunk[at : at + header.size_bytes])
+                total += header.size_bytes
+                at += header.size_bytes
+            if position + at < segment.size_bytes or total >= max_bytes:
+                return out
+            segment_index += 1
+            if segment_index >= len(self._segments) or self._segments[segment_index].base_offset >= bound:
+                return out
+            position = 0
+
+    def batch_headers(self, from_offset: int = 0) -> Iterator[BatchHeader]:
+        """Every batch header from the batch holding `from_offset` (clamped to the log start).
+        Reads lazily; do not modify the log while iterating."""
+        start = max(from_offset, self._log_start_offset)
+        if start >= self.log_end_offset:
+            return
+        segments = list(self._segments)
+        segment_index = self._segment_index_for(start)
+        located = segments[segment_index].locate(start)
+        position = 0 if located is None else located[0]
+        for segment in segments[segment_index:]:
+            for _, header in segment.headers_from(position):
+                yield header
+            position = 0
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(offset, max timestamp) of the first batch whose max timestamp >= timestamp_ms; the
+        offset is the batch's base offset, or the log start if that lies inside the batch.
+        Batch granularity: storage never parses records."""
+        self._check_open()
+        for segment in self._segments[self._segment_index_for(self._log_start_offset) :]:
+            found = segment.locate_timestamp(timestamp_ms, max(self._log_start_offset, segment.base_offset))
+            if found is not None:
+                header = found[1]
+                return max(header.base_offset, self._log_start_offset), header.max_timestamp_ms
+        return None
+
+    def max_timestamp(self) -> tuple[int, int] | None:
+        """(offset, timestamp) for ListOffsets -3: the largest batch max timestamp still in the
+        log and the base offset of the first batch carrying it (or the log start if that lies
+        inside it). None for an empty log."""
+        self._check_open()
+        if self._log_start_offset >= self.log_end_offset:
+            return None
+        best: tuple[int, int] | None = None  # (timestamp, offset)
+        first_index = self._segment_index_for(self._log_start_offset)
+        for i, segment in enumerate(self._segments[first_index:]):
+            if segment.is_empty:
+                continue
+            if i == 0 and segment.offset_of_max_timestamp < self._log_start_offset:
+                # The segment's maximum may lie below the log start: look at what remains.
+                candidate = self._max_timestamp_from(segment, self._log_start_offset)
+            else:
+                candidate = (segment.max_timestamp_ms, segment.offset_of_max_timestamp)
+            if candidate is not None and (best is None or candidate[0] > best[0]):
+                best = candidate
+        if best is None:
+            return None
+        return max(best[1], self._log_start_offset), best[0]
+
+    @staticmethod
+    def _max_timestamp_from(segment: Segment, offset: int) -> tuple[int, int] | None:
+        located = segment.locate(offset)
+        if located is None:
+            return None
+        best: tuple[int, int] | None = None
+        for _, header in segment.headers_from(located[0]):
+            if best is None or header.max_timestamp_ms > best[0]:
+                best = (header.max_timestamp_ms, header.base_offset)
+        return best
+
+    # ---- truncation, retention, deletion ----------------------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every batch with base offset >= `offset`, which must be a batch boundary
+        (or the log end offset) at or above the log start."""
+        self._check_open()
+        leo = self.log_end_offset
+        if offset == leo:
+            return
+        if offset > leo or offset < self._log_start_offset:
+            raise ValueError(f"truncate_to({offset}): outside the log [{self._log_start_offset}, {leo}] of {self.directory}")
+        segment_index = self._segment_index_for(offset)
+        segment = self._segments[segment_index]
+        located = segment.locate(offset)
+        if located is None or located[1].base_offset != offset:
+            holder = "" if located is None else f" (it is inside the batch at {located[1].base_offset})"
+            raise ValueError(f"truncate_to({offset}): not a batch boundary{holder}")
+        # The checkpoint goes down first: a crash in between must not leave it above the data.
+        if self._recovery_point > offset:
+            self._recovery_point = offset
+        self._write_recovery_point()
+        for later in self._segments[segment_index + 1 :]:
+            self._size_bytes -= later.size_bytes
+            later.delete()
+        del self._segments[segment_index + 1 :]
+        del self._bases[segment_index + 1 :]
+        self._size_bytes -= segment.size_bytes
+        segment.truncate_to(located[0], offset)
+        self._size_bytes += segment.size_bytes
+        segment.open_for_append()
+        self.epochs.truncate_from_end(offset)
+
+    def truncate_fully_and_start_at(self, offset: int, *, now_ms: int) -> None:
+        """Delete everything and restart the log empty at `offset` (a follower whose log is
+        wholly behind the leader's log start does this, as in Kafka)."""
+        self._check_open()
+        if offset < 0:
+            raise ValueError(f"truncate_fully_and_start_at({offset}): negative offset")
+        self._reset_to(offset, now_ms)
+        self.epochs.clear()
+
+    def _reset_to(self, offset: int, now_ms: int) -> None:
+        self._recovery_point = offset
+        self._write_recovery_point()
+        self._log_start_offset = offset
+        self._write_offset_file(LOG_START_OFFSET_FILE, offset)
+        for segment in self._segments:
+            segment.delete()
+        self._segments = [Segment.create(self._disk, self.directory, offset, index_interval_bytes=self.config.index_interval_bytes, now_ms=now_ms)]
+        self._bases = [offset]
+        self._size_bytes = 0
+
+    def apply_retention(self, *, now_ms: int, max_offset: int | None = None) -> int:
+        """Delete whole segments past retention.ms (by their largest timestamp, or creation
+        time if they carry none) or beyond retention.bytes, oldest first, never the active
+        one, and with `max_offset` (the high watermark) only segments wholly below it.
+        Advances log_start_offset; returns how many segments were deleted."""
+        self._check_open()
+        candidates = self._segments[:-1]
+        if max_offset is not None:
+            candidates = [s for s in candidates if s.next_offset <= max_offset]
+        doomed = 0
+        retention_ms = self.config.retention_ms
+        if retention_ms is not None:
+            for segment in candidates:
+                newest_ms = segment.max_timestamp_ms if segment.max_timestamp_ms >= 0 else segment.created_ms
+                if now_ms - newest_ms <= retention_ms:
+                    break
+                doomed += 1
+        retention_bytes = self.config.retention_bytes
+        if retention_bytes is not None:
+            excess = self._size_bytes - retention_bytes - sum(s.size_bytes for s in candidates[:doomed])
+            for segment in candidates[doomed:]:
+                if excess < segment.size_bytes:
+                    break
+                excess -= segment.size_bytes
+                doomed += 1
+        if doomed == 0:
+            return self._delete_segments_below_log_start()
+        self._advance_log_start(candidates[doomed - 1].next_offset)
+        return self._delete_segments_below_log_start()
+
+    def delete_records_before(self, offset: int) -> None:
+        """DeleteRecords: move the log start up to `offset` (never down)."""
+        self._check_open()
+        if offset > self.log_end_offset or offset < 0:
+            raise OffsetOutOfRangeError(offset, self._log_start_offset, self.log_end_offset)
+        if offset > self._log_start_offset:
+            self._advance_log_start(offset)
+            self._delete_segments_below_log_start()
+
+    def _advance_log_start(self, offset: int) -> None:
+        if offset <= self._log_start_offset:
+            return
+        self._log_start_offset = offset
+        self._write_offset_file(LOG_START_OFFSET_FILE, offset)
+        self.epochs.truncate_from_start(offset)
+
+    def _delete_segments_below_log_start(self) -> int:
+        deleted = 0
+        while len(self._segments) > 1 and self._segments[0].next_offset <= self._log_start_offset:
+            segment = self._segments.pop(0)
+            self._bases.pop(0)
+            self._size_bytes -= segment.size_bytes
+            segment.delete()
+            deleted += 1
+        return deleted
+
+    # ---- closing ----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Flush, checkpoint the recovery point and close every handle (a clean shutdown)."""
+        if self._closed:
+            return
+        self._flush(None)
+        self._write_recovery_point()
+        for segment in self._segments:
+            segment.close()
+        self._closed = True
+
+    def __enter__(self) -> PartitionLog:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"PartitionLog({self.directory!r}, start={self._log_start_offset}, end={self.log_end_offset}, segments={len(self._segments)})"
+

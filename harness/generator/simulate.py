@@ -73,7 +73,8 @@ def simulate(
         if completion is None:  # an internal sleep ended
             return
         extra = {**invocation.extra, **completion.extra}
-        event = record(completion.type, invocation.process, invocation.f, completion.value,
+        type_ = "info" if thread == NEMESIS_THREAD else completion.type
+        event = record(type_, invocation.process, invocation.f, completion.value,
                        ctx.time_ns, completion.error, extra)
         if completion.retires_process and thread != NEMESIS_THREAD:
             ctx = ctx.retire(thread)
@@ -108,7 +109,9 @@ def simulate(
             heapq.heappush(in_flight, (ctx.time_ns + int(op.value * 1e9), sequence, op, None))
             continue
         invocations += 1
-        event = record("invoke", op.process, op.f, op.value, ctx.time_ns, extra=op.extra)
+        # Jepsen records nemesis ops as info on both ends.
+        event = record("info" if thread == NEMESIS_THREAD else "invoke", op.process, op.f, op.value,
+                       ctx.time_ns, extra=op.extra)
         gen_ = gen_.update(ctx, event)
         completion, latency_ns = complete(op)
         heapq.heappush(in_flight, (ctx.time_ns + max(0, latency_ns), sequence, op, completion))

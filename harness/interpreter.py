@@ -1,0 +1,296 @@
+"""The run loop: drives a generator against real clients on worker threads.
+
+One worker thread per client thread (plus one for the nemesis), each a Jepsen process with
+its own client. The loop itself is single-threaded and owns the generator, the context and
+the history:
+
+1. completions first (they are latency sensitive, and the generator may change its mind);
+2. then ask the generator: an op due now goes to its thread's worker; an op due later
+   means waiting for a completion until it is due; pending means waiting for a completion;
+3. every invocation and completion goes to the history as it happens (flushed per line).
+
+An `info` completion (or one marked end_process) retires the process: the worker closes
+that client and the thread continues as process p + concurrency with a fresh client. Every
+invocation gets exactly one completion: an op still outstanding when the run stops, or one
+that does not complete within `op_timeout_s`, is completed as info by the loop, and a late
+answer from its worker is discarded.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from harness.generator.core import (
+    NEMESIS_THREAD,
+    PENDING,
+    Completion,
+    Context,
+    Event,
+    GeneratorLike,
+    Invocation,
+    Thread,
+    lift,
+)
+from harness.history import HistoryWriter, Op
+
+PENDING_POLL_S = 0.002  # how often a pending generator is asked again when nothing is in flight
+MAX_WAIT_S = 0.1  # never block longer than this, so a stop request is seen promptly
+
+
+class Client:  # the shape workers need; workloads.base.Client is the full protocol
+    def invoke(self, invocation: Invocation) -> Completion: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class _Done:
+    thread: Thread
+    invocation: Invocation
+    completion: Completion | None  # None: an internal sleep ended
+    time_ns: int
+
+
+class _Worker:
+    """A thread that runs one thread's ops through its current process's client."""
+
+    def __init__(self, thread: Thread, open_client: Callable[[int | str], Client], done: "queue.SimpleQueue[_Done]",
+                 now_ns: Callable[[], int], stopping: threading.Event, log: logging.Logger):
+        self.thread = thread
+        self.inbox: "queue.SimpleQueue[Invocation | None]" = queue.SimpleQueue()
+        self._open_client = open_client
+        self._done = done
+        self._now_ns = now_ns
+        self._stopping = stopping
+        self._log = log
+        self._client: Client | None = None
+        self._process: int | str | None = None
+        self._thread = threading.Thread(target=self._run, name=f"worker-{thread}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            invocation = self.inbox.get()
+            if invocation is None:
+                self._close_client()
+                return
+            if invocation.kind == "sleep":
+                self._stopping.wait(float(invocation.value))
+                self._done.put(_Done(self.thread, invocation, None, self._now_ns()))
+                continue
+            completion = self._invoke(invocation)
+            if completion.retires_process:
+                self._close_client()
+            self._done.put(_Done(self.thread, invocation, completion, self._now_ns()))
+
+    def _invoke(self, invocation: Invocation) -> Completion:
+        try:
+            if self._client is None or self._process != invocation.process:
+                self._close_client()
+                self._client = self._open_client(invocation.process)
+                self._process = invocation.process
+            return self._client.invoke(invocation)
+        except Exception as exc:  # an unexpected client failure: the outcome is unknown
+            self._log.warning("process %s: %s raised %s\n%s", invocation.process, invocation.f, exc,
+                              traceback.format_exc())
+            return Completion("info", None, error=["exception", f"{type(exc).__name__}: {exc}"])
+
+    def _close_client(self) -> None:
+        if self._client is not None:
+            try:
+                self._client.close()
+            except Exception as exc:
+                self._log.debug("closing the client of process %s: %s", self._process, exc)
+        self._client, self._process = None, None
+
+    def shut_down(self, timeout_s: float) -> None:
+        self.inbox.put(None)
+        self._thread.join(timeout_s)
+
+
+class Interpreter:
+    def __init__(self, *, concurrency: int, open_client: Callable[[int], Client], history: HistoryWriter,
+                 nemesis: Client | None = None, log: logging.Logger | None = None,
+                 on_op: Callable[[Op], None] | None = None, start_ns: int | None = None,
+                 op_timeout_s: float = 120.0, drain_timeout_s: float = 15.0):
+        self.history = history
+        self.log = log or logging.getLogger("logquake.interpreter")
+        self.on_op = on_op
+        self.start_ns = start_ns if start_ns is not None else time.monotonic_ns()
+        self.op_timeout_s = op_timeout_s
+        self.drain_timeout_s = drain_timeout_s
+        self.ctx = Context.initial(concurrency, with_nemesis=nemesis is not None)
+        self._open_client = open_client
+        self._nemesis = nemesis
+        self._done: "queue.SimpleQueue[_Done]" = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._stopping_workers = threading.Event()
+        self._outstanding: dict[Thread, tuple[Invocation, float]] = {}
+        self._workers: dict[Thread, _Worker] = {}
+        self._index = history.count
+        for thread in self.ctx.threads:
+            self._workers[thread] = self._new_worker(thread)
+
+    # -- time and recording
+    def now_ns(self) -> int:
+        return time.monotonic_ns() - self.start_ns
+
+    def _new_worker(self, thread: Thread) -> _Worker:
+        opener = (lambda process: self._nemesis) if thread == NEMESIS_THREAD else self._open_client
+        return _Worker(thread, opener, self._done, self.now_ns, self._stopping_workers, self.log)
+
+    def record(self, type_: str, process: int | str, f: str, value: Any, *, time_ns: int, error: Any = None,
+               extra: dict | None = None) -> Event:
+        op = Op(index=self._index, time_ns=time_ns, type=type_, process=process, f=f, value=value,
+                error=error, extra=dict(extra or {}))
+        self._index += 1
+        self.history.append(op)
+        if self.on_op is not None:
+            self.on_op(op)
+        return Event(type=type_, process=process, f=f, value=value, time_ns=time_ns, error=error,
+                     extra=op.extra)
+
+    # -- control
+    def stop(self) -> None:
+        """Stop generating; outstanding ops get their completions (or info) and run() returns."""
+        self._stop.set()
+        self._stopping_workers.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    # -- the loop
+    def run(self, gen: GeneratorLike) -> bool:
+        """Run `gen` to exhaustion. Returns False if stopped first."""
+        gen_ = lift(gen)
+        while True:
+            gen_ = self._drain(gen_, wait_s=0.0)
+            if self._stop.is_set():
+                self._finish_outstanding(gen_, "interrupted", self.drain_timeout_s)
+                return False
+            gen_ = self._expire_stuck(gen_)
+            ctx = self.ctx.at(self.now_ns())
+            result = gen_.op(ctx)
+            if result is None:
+                if not self._outstanding:
+                    return True
+                gen_ = self._drain(gen_, wait_s=MAX_WAIT_S)
+                continue
+            op, nxt = result
+            if op is PENDING:
+                gen_ = self._drain(gen_, wait_s=MAX_WAIT_S if self._outstanding else PENDING_POLL_S)
+                continue
+            assert isinstance(op, Invocation)
+            wait_ns = op.time_ns - ctx.time_ns
+            if wait_ns > 0:
+                gen_ = self._drain(gen_, wait_s=min(wait_ns / 1e9, MAX_WAIT_S))
+                continue
+            gen_ = self._dispatch(op, nxt)
+
+    def _dispatch(self, op: Invocation, gen_: Any) -> Any:
+        if op.kind == "log":
+            self.log.info("%s", op.value)
+            return gen_
+        thread = self.ctx.thread_of(op.process)
+        self.ctx = self.ctx.busy(thread)
+        self._outstanding[thread] = (op, time.monotonic())
+        if op.kind == "client":
+            # Jepsen records nemesis ops as info on both ends.
+            type_ = "info" if thread == NEMESIS_THREAD else "invoke"
+            event = self.record(type_, op.process, op.f, op.value, time_ns=self.now_ns(), extra=dict(op.extra))
+            gen_ = gen_.update(self.ctx, event)
+        self._workers[thread].inbox.put(op)
+        return gen_
+
+    def _drain(self, gen_: Any, *, wait_s: float) -> Any:
+        """Apply every completion that has arrived, waiting up to wait_s for the first."""
+        try:
+            done = self._done.get(timeout=wait_s) if wait_s > 0 else self._done.get_nowait()
+        except queue.Empty:
+            return gen_
+        while True:
+            gen_ = self._complete(gen_, done)
+            try:
+                done = self._done.get_nowait()
+            except queue.Empty:
+                return gen_
+
+    def _complete(self, gen_: Any, done: _Done) -> Any:
+        current = self._outstanding.get(done.thread)
+        if current is None or current[0] is not done.invocation:
+            self.log.info("discarding a late completion of %s by process %s (already completed as info)",
+                          done.invocation.f, done.invocation.process)
+            return gen_
+        del self._outstanding[done.thread]
+        self.ctx = self.ctx.freed(done.thread)
+        if done.completion is None:
+            return gen_
+        return self._record_completion(gen_, done.thread, done.invocation, done.completion, done.time_ns)
+
+    def _record_completion(self, gen_: Any, thread: Thread, invocation: Invocation, completion: Completion,
+                           time_ns: int) -> Any:
+        type_ = completion.type
+        if thread == NEMESIS_THREAD:
+            type_ = "info"  # nemesis ops are info on both invocation and completion (Jepsen)
+        extra = {**invocation.extra, **completion.extra}
+        if completion.end_process:
+            extra["end_process"] = True
+        event = self.record(type_, invocation.process, invocation.f, completion.value, time_ns=time_ns,
+                            error=completion.error, extra=extra)
+        if completion.retires_process and thread != NEMESIS_THREAD:
+            self.ctx = self.ctx.retire(thread)
+        return gen_.update(self.ctx, event)
+
+    def _expire_stuck(self, gen_: Any) -> Any:
+        now = time.monotonic()
+        for thread, (op, started) in list(self._outstanding.items()):
+            if now - started > self.op_timeout_s:
+                gen_ = self._force_complete(gen_, thread, f"no completion within {self.op_timeout_s:g} s")
+        return gen_
+
+    def _finish_outstanding(self, gen_: Any, reason: str, timeout_s: float) -> Any:
+        deadline = time.monotonic() + timeout_s
+        while self._outstanding and time.monotonic() < deadline:
+            gen_ = self._drain(gen_, wait_s=min(MAX_WAIT_S, max(0.0, deadline - time.monotonic())))
+        for thread in list(self._outstanding):
+            gen_ = self._force_complete(gen_, thread, reason)
+        return gen_
+
+    def _force_complete(self, gen_: Any, thread: Thread, reason: str) -> Any:
+        """Complete a hung op as info, retire its process, and give its thread a fresh worker
+        (the stuck one is abandoned; whatever it returns later is discarded)."""
+        op, _ = self._outstanding.pop(thread)
+        self.log.warning("process %s: %s completed as info: %s", op.process, op.f, reason)
+        self.ctx = self.ctx.freed(thread)
+        self._workers[thread] = self._new_worker(thread)
+        if op.kind != "client":
+            return gen_
+        return self._record_completion(gen_, thread, op, Completion("info", None, error=reason), self.now_ns())
+
+    def record_nemesis(self, f: str, value: Any, action: Callable[[], Any], *, extra: dict | None = None) -> Any:
+        """Run a fault action in this thread (the heal phase) and record it like any nemesis op."""
+        self.record("info", NEMESIS_THREAD, f, value, time_ns=self.now_ns(), extra=extra)
+        error = None
+        result = None
+        try:
+            result = action()
+        except Exception as exc:
+            error = ["exception", f"{type(exc).__name__}: {exc}"]
+            self.log.error("nemesis %s failed: %s\n%s", f, exc, traceback.format_exc())
+        self.record("info", NEMESIS_THREAD, f, result, time_ns=self.now_ns(), error=error, extra=extra)
+        return result
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Complete anything outstanding as info, then close every client."""
+        self._stopping_workers.set()
+        self._finish_outstanding(lift(None), "run ended", 0.0)
+        deadline = time.monotonic() + timeout_s
+        for worker in self._workers.values():
+            worker.shut_down(max(0.0, deadline - time.monotonic()))

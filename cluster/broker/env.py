@@ -1,0 +1,55 @@
+"""What the broker core is given instead of touching the world: a clock, a scheduler, a
+random source, and connections to answer on.
+
+The asyncio runtime supplies real ones; a deterministic simulator supplies virtual time and
+a seeded RNG. Timers use `monotonic_ns` (immune to clock skew); anything Kafka bases on
+wall-clock time (batch timestamps, retention, commit timestamps) uses `wall_ms`, so a
+skewed clock affects exactly what it affects in Kafka.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+class Clock(Protocol):
+    def monotonic_ns(self) -> int: ...
+    def wall_ms(self) -> int: ...
+
+
+class TimerHandle(Protocol):
+    def cancel(self) -> None: ...
+
+
+class Scheduler(Protocol):
+    def call_later(self, delay_ms: float, callback: Callable[[], None]) -> TimerHandle: ...
+
+
+class Rng(Protocol):
+    def random(self) -> float: ...
+    def getrandbits(self, k: int, /) -> int: ...
+
+
+@dataclass(slots=True)
+class Response:
+    """What a request produced: frame chunks to send (None: send nothing, as for acks=0),
+    and whether to close the connection after sending what came before."""
+
+    chunks: list[bytes | memoryview] | None
+    close_connection: bool = False
+    close_reason: str = ""
+
+
+Reply = Callable[[Response], None]
+
+
+@dataclass(slots=True)
+class ClientInfo:
+    """Who sent a request, for group membership and logs."""
+
+    client_id: str | None
+    client_host: str
+    connection_id: int = 0
+    extra: dict[str, str] = field(default_factory=dict)

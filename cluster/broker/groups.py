@@ -1,0 +1,484 @@
+"""The classic consumer-group coordinator: membership, generations, rebalances, sessions,
+and the committed offsets of each group.
+
+States follow Kafka's ClassicGroupState: Empty -> PreparingRebalance -> CompletingRebalance
+-> Stable (and back). A rebalance waits until every known member has rejoined or the
+largest rebalance timeout passes; a group's first rebalance is held open for
+`group.initial.rebalance.delay.ms` (extended as members arrive, up to the rebalance
+timeout) so that consumers starting together land in one generation. Session expiry runs
+on the injected scheduler.
+
+Answers to JoinGroup and SyncGroup may come later than the request (parked until the
+rebalance completes), so they are delivered through callbacks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+
+from kio.schema.errors import ErrorCode
+
+from cluster.broker.env import Clock, Rng, Scheduler, TimerHandle
+from cluster.config import BrokerConfig
+
+log = logging.getLogger(__name__)
+
+
+class GroupState(Enum):
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+@dataclass(frozen=True, slots=True)
+class JoinedMember:
+    member_id: str
+    group_instance_id: str | None
+    metadata: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class JoinResult:
+    error: ErrorCode
+    generation_id: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader_id: str = ""
+    member_id: str = ""
+    members: tuple[JoinedMember, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResult:
+    error: ErrorCode
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignment: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetToCommit:
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str
+
+
+@dataclass(slots=True)
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    assignment: bytes = b""
+    awaiting_join: Callable[[JoinResult], None] | None = None
+    awaiting_sync: Callable[[SyncResult], None] | None = None
+    session_timer: TimerHandle | None = None
+
+    def metadata_for(self, protocol: str) -> bytes:
+        for name, metadata in self.protocols:
+            if name == protocol:
+                return metadata
+        return b""
+
+
+@dataclass(slots=True)
+class Group:
+    group_id: str
+    state: GroupState = GroupState.EMPTY
+    generation_id: int = 0
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader_id: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    rebalance_timer: TimerHandle | None = None
+    # While the first rebalance of an empty group is held open, joins do not complete it.
+    initial_delay_until_ns: int | None = None
+    offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
+
+
+class GroupCoordinator:
+    """All groups this broker coordinates. `persist_offsets` and `persist_group` write the
+    commit/generation records to __consumer_offsets; the caller answers only after they return."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        clock: Clock,
+        scheduler: Scheduler,
+        rng: Rng,
+        persist_offsets: Callable[[str, list[OffsetToCommit], int], None],
+        persist_group: Callable[[Group], None],
+    ) -> None:
+        self._config = config
+        self._clock = clock
+        self._scheduler = scheduler
+        self._rng = rng
+        self._persist_offsets = persist_offsets
+        self._persist_group = persist_group
+        self.groups: dict[str, Group] = {}
+
+    # ---- recovery -------------------------------------------------------------------
+
+    def restore_offset(self, group_id: str, topic: str, partition: int, committed: CommittedOffset | None) -> None:
+        group = self.groups.setdefault(group_id, Group(group_id))
+        if committed is None:
+            group.offsets.pop((topic, partition), None)
+        else:
+            group.offsets[(topic, partition)] = committed
+
+    def restore_group(self, group_id: str, generation_id: int, protocol_type: str | None, protocol_name: str | None) -> None:
+        # Members are not restored: after a restart they rejoin (UNKNOWN_MEMBER_ID tells them
+        # to), but the generation continues so an old member id can never match a new one.
+        group = self.groups.setdefault(group_id, Group(group_id))
+        group.generation_id = generation_id
+        group.protocol_type = protocol_type
+        group.protocol_name = protocol_name
+
+    # ---- JoinGroup --------------------------------------------------------------------
+
+    def join(
+        self,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        client_id: str,
+        client_host: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+        reply: Callable[[JoinResult], None],
+    ) -> None:
+        if not group_id:
+            reply(JoinResult(ErrorCode.invalid_group_id, member_id=member_id))
+            return
+        if not self._config.group_min_session_timeout_ms <= session_timeout_ms <= self._config.group_max_session_timeout_ms:
+            reply(JoinResult(ErrorCode.invalid_session_timeout, member_id=member_id))
+            return
+        if rebalance_timeout_ms < 0:
+            rebalance_timeout_ms = session_timeout_ms
+        group = self.groups.get(group_id)
+        if group is None:
+            if member_id:
+                reply(JoinResult(ErrorCode.unknown_member_id, member_id=member_id))
+                return
+            group = self.groups[group_id] = Group(group_id)
+        if not protocols or not self._protocols_compatible(group, protocol_type, protocols):
+            reply(JoinResult(ErrorCode.inconsistent_group_protocol, member_id=member_id))
+            return
+        if member_id and member_id not in group.members:
+            reply(JoinResult(ErrorCode.unknown_member_id, member_id=member_id))
+            return
+
+        if not member_id:
+            member_id = f"{client_id or 'member'}-{self._new_uuid_hex()}"
+            member = Member(
+                member_id, group_instance_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms, protocol_type, list(protocols)
+            )
+            group.members[member_id] = member
+            member.awaiting_join = reply
+            self._touch_session(group, member)
+            self._prepare_rebalance(group, f"member {member_id} joined", new_member=True)
+            return
+
+        member = group.members[member_id]
+        protocols_changed = member.protocols != list(protocols)
+        member.protocols = list(protocols)
+        member.session_timeout_ms = session_timeout_ms
+        member.rebalance_timeout_ms = rebalance_timeout_ms
+        member.client_host = client_host
+        member.awaiting_join = reply
+        self._touch_session(group, member)
+        if group.state is GroupState.PREPARING_REBALANCE:
+            self._maybe_complete_join(group)
+        elif group.state is GroupState.STABLE and member_id != group.leader_id and not protocols_changed:
+            # A follower rejoining with the same metadata just gets the current generation.
+            member.awaiting_join = None
+            reply(self._join_result(group, member, include_members=False))
+        elif group.state is GroupState.COMPLETING_REBALANCE and not protocols_changed:
+            member.awaiting_join = None
+            reply(self._join_result(group, member, include_members=member_id == group.leader_id))
+        else:
+            self._prepare_rebalance(group, f"member {member_id} rejoined")
+
+    def _new_uuid_hex(self) -> str:
+        return f"{self._rng.getrandbits(128):032x}"
+
+    def _protocols_compatible(self, group: Group, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bool:
+        if not group.members:
+            return True
+        if group.protocol_type is not None and protocol_type != group.protocol_type:
+            return False
+        names = {name for name, _ in protocols}
+        common = set.intersection(*({name for name, _ in m.protocols} for m in group.members.values()))
+        return bool(names & common)
+
+    def _prepare_rebalance(self, group: Group, reason: str, new_member: bool = False) -> None:
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            for member in group.members.values():
+                if member.awaiting_sync is not None:
+                    callback, member.awaiting_sync = member.awaiting_sync, None
+                    callback(SyncResult(ErrorCode.rebalance_in_progress))
+        now_ns = self._clock.monotonic_ns()
+        if group.state is not GroupState.PREPARING_REBALANCE:
+            log.info("group %s: preparing rebalance (generation %d): %s", group.group_id, group.generation_id, reason)
+            was_empty = group.state is GroupState.EMPTY
+            group.state = GroupState.PREPARING_REBALANCE
+            max_rebalance_ms = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
+            delay_ms = self._config.group_initial_rebalance_delay_ms
+            if was_empty and delay_ms > 0:
+                group.initial_delay_until_ns = now_ns + min(delay_ms, max_rebalance_ms) * 1_000_000
+                self._arm_rebalance_timer(group, min(delay_ms, max_rebalance_ms))
+            else:
+                group.initial_delay_until_ns = None
+                self._arm_rebalance_timer(group, max_rebalance_ms)
+        elif new_member and group.initial_delay_until_ns is not None:
+            # Another member arrived while the first rebalance is held open: wait one more
+            # delay for stragglers, but never beyond the rebalance timeout.
+            max_rebalance_ms = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
+            delay_ms = self._config.group_initial_rebalance_delay_ms
+            group.initial_delay_until_ns = now_ns + min(delay_ms, max_rebalance_ms) * 1_000_000
+            self._arm_rebalance_timer(group, min(delay_ms, max_rebalance_ms))
+        self._maybe_complete_join(group)
+
+    def _arm_rebalance_timer(self, group: Group, delay_ms: int) -> None:
+        if group.rebalance_timer is not None:
+            group.rebalance_timer.cancel()
+        group.rebalance_timer = self._scheduler.call_later(delay_ms, lambda: self._on_rebalance_timeout(group))
+
+    def _on_rebalance_timeout(self, group: Group) -> None:
+        group.rebalance_timer = None
+        if group.state is not GroupState.PREPARING_REBALANCE:
+            return
+        if group.initial_delay_until_ns is not None:
+            group.initial_delay_until_ns = None
+            if not self._all_rejoined(group):
+                max_rebalance_ms = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
+                self._arm_rebalance_timer(group, max_rebalance_ms)
+                return
+        else:
+            for member in [m for m in group.members.values() if m.awaiting_join is None]:
+                log.info("group %s: member %s did not rejoin within the rebalance timeout", group.group_id, member.member_id)
+                self._remove_member(group, member)
+        self._complete_join(group)
+
+    def _all_rejoined(self, group: Group) -> bool:
+        return all(m.awaiting_join is not None for m in group.members.values())
+
+    def _maybe_complete_join(self, group: Group) -> None:
+        if group.state is GroupState.PREPARING_REBALANCE and group.initial_delay_until_ns is None and self._all_rejoined(group):
+            self._complete_join(group)
+
+    def _complete_join(self, group: Group) -> None:
+        if group.rebalance_timer is not None:
+            group.rebalance_timer.cancel()
+            group.rebalance_timer = None
+        group.initial_delay_until_ns = None
+        group.generation_id += 1
+        if not group.members:
+            group.state = GroupState.EMPTY
+            group.protocol_name = None
+            group.leader_id = None
+            log.info("group %s: empty at generation %d", group.group_id, group.generation_id)
+            self._persist_group(group)
+            return
+        group.protocol_type = next(iter(group.members.values())).protocol_type
+        group.protocol_name = self._select_protocol(group)
+        if group.leader_id not in group.members:
+            group.leader_id = next(iter(group.members))
+        group.state = GroupState.COMPLETING_REBALANCE
+        for member in group.members.values():
+            member.assignment = b""
+        log.info(
+            "group %s: generation %d with %d members, protocol %s, leader %s",
+            group.group_id, group.generation_id, len(group.members), group.protocol_name, group.leader_id,
+        )
+        self._persist_group(group)
+        for member in list(group.members.values()):
+            callback, member.awaiting_join = member.awaiting_join, None
+            if callback is not None:
+                callback(self._join_result(group, member, include_members=member.member_id == group.leader_id))
+            self._touch_session(group, member)
+
+    def _select_protocol(self, group: Group) -> str:
+        members = list(group.members.values())
+        candidates = set.intersection(*({name for name, _ in m.protocols} for m in members))
+        votes: dict[str, int] = {}
+        for member in members:
+            for name, _ in member.protocols:
+                if name in candidates:
+                    votes[name] = votes.get(name, 0) + 1
+                    break
+        # Most first-preference votes; ties go to the first member's preference order.
+        order = [name for name, _ in members[0].protocols if name in candidates]
+        return max(order, key=lambda name: (votes.get(name, 0), -order.index(name)))
+
+    def _join_result(self, group: Group, member: Member, include_members: bool) -> JoinResult:
+        members: tuple[JoinedMember, ...] = ()
+        if include_members:
+            members = tuple(
+                JoinedMember(m.member_id, m.group_instance_id, m.metadata_for(group.protocol_name or "")) for m in group.members.values()
+            )
+        return JoinResult(
+            ErrorCode.none,
+            group.generation_id,
+            group.protocol_type,
+            group.protocol_name,
+            group.leader_id or "",
+            member.member_id,
+            members,
+        )
+
+    # ---- SyncGroup ---------------------------------------------------------------------
+
+    def sync(self, group_id: str, member_id: str, generation_id: int, assignments: dict[str, bytes], reply: Callable[[SyncResult], None]) -> None:
+        group = self.groups.get(group_id)
+        if group is None or member_id not in group.members:
+            reply(SyncResult(ErrorCode.unknown_member_id))
+            return
+        if generation_id != group.generation_id:
+            reply(SyncResult(ErrorCode.illegal_generation))
+            return
+        member = group.members[member_id]
+        self._touch_session(group, member)
+        if group.state is GroupState.PREPARING_REBALANCE:
+            reply(SyncResult(ErrorCode.rebalance_in_progress))
+        elif group.state is GroupState.STABLE:
+            reply(SyncResult(ErrorCode.none, group.protocol_type, group.protocol_name, member.assignment))
+        elif group.state is GroupState.COMPLETING_REBALANCE:
+            member.awaiting_sync = reply
+            if member_id == group.leader_id:
+                for m in group.members.values():
+                    m.assignment = assignments.get(m.member_id, b"")
+                group.state = GroupState.STABLE
+                log.info("group %s: stable at generation %d", group.group_id, group.generation_id)
+                for m in group.members.values():
+                    if m.awaiting_sync is not None:
+                        callback, m.awaiting_sync = m.awaiting_sync, None
+                        callback(SyncResult(ErrorCode.none, group.protocol_type, group.protocol_name, m.assignment))
+        else:
+            reply(SyncResult(ErrorCode.unknown_member_id))
+
+    # ---- Heartbeat / LeaveGroup / sessions ---------------------------------------------
+
+    def heartbeat(self, group_id: str, member_id: str, generation_id: int) -> ErrorCode:
+        group = self.groups.get(group_id)
+        if group is None or member_id not in group.members:
+            return ErrorCode.unknown_member_id
+        member = group.members[member_id]
+        self._touch_session(group, member)
+        if generation_id != group.generation_id:
+            return ErrorCode.illegal_generation
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return ErrorCode.rebalance_in_progress
+        return ErrorCode.none
+
+    def leave(self, group_id: str, member_ids: list[str]) -> tuple[ErrorCode, list[ErrorCode]]:
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.unknown_member_id, [ErrorCode.unknown_member_id] * len(member_ids)
+        results: list[ErrorCode] = []
+        for member_id in member_ids:
+            member = group.members.get(member_id)
+            if member is None:
+                results.append(ErrorCode.unknown_member_id)
+                continue
+            log.info("group %s: member %s left", group_id, member_id)
+            self._remove_member(group, member)
+            results.append(ErrorCode.none)
+            self._after_member_removed(group, f"member {member_id} left")
+        top = ErrorCode.none if any(r is ErrorCode.none for r in results) or not member_ids else ErrorCode.unknown_member_id
+        return top, results
+
+    def _touch_session(self, group: Group, member: Member) -> None:
+        if member.session_timer is not None:
+            member.session_timer.cancel()
+        member.session_timer = self._scheduler.call_later(member.session_timeout_ms, lambda: self._on_session_expired(group, member))
+
+    def _on_session_expired(self, group: Group, member: Member) -> None:
+        member.session_timer = None
+        if group.members.get(member.member_id) is not member:
+            return
+        if member.awaiting_join is not None:
+            # A member parked in JoinGroup is alive by definition; its answer is pending.
+            self._touch_session(group, member)
+            return
+        log.info("group %s: member %s session expired", group.group_id, member.member_id)
+        self._remove_member(group, member)
+        self._after_member_removed(group, f"member {member.member_id} session expired")
+
+    def _remove_member(self, group: Group, member: Member) -> None:
+        group.members.pop(member.member_id, None)
+        if member.session_timer is not None:
+            member.session_timer.cancel()
+            member.session_timer = None
+        if member.awaiting_join is not None:
+            callback, member.awaiting_join = member.awaiting_join, None
+            callback(JoinResult(ErrorCode.unknown_member_id, member_id=member.member_id))
+        if member.awaiting_sync is not None:
+            callback_sync, member.awaiting_sync = member.awaiting_sync, None
+            callback_sync(SyncResult(ErrorCode.unknown_member_id))
+        if group.leader_id == member.member_id:
+            group.leader_id = next(iter(group.members), None)
+
+    def _after_member_removed(self, group: Group, reason: str) -> None:
+        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._prepare_rebalance(group, reason)
+        elif group.state is GroupState.PREPARING_REBALANCE:
+            self._maybe_complete_join(group)
+            if not group.members and group.state is GroupState.PREPARING_REBALANCE:
+                self._complete_join(group)
+
+    # ---- offsets -----------------------------------------------------------------------
+
+    def validate_commit(self, group_id: str, generation_id: int, member_id: str) -> ErrorCode:
+        group = self.groups.get(group_id)
+        if group is None:
+            # Only a commit outside group management (generation -1) may create a group.
+            return ErrorCode.none if generation_id < 0 else ErrorCode.illegal_generation
+        if generation_id < 0 and group.state is GroupState.EMPTY:
+            return ErrorCode.none
+        if member_id not in group.members:
+            return ErrorCode.unknown_member_id
+        if generation_id != group.generation_id:
+            return ErrorCode.illegal_generation
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            return ErrorCode.rebalance_in_progress
+        self._touch_session(group, group.members[member_id])
+        return ErrorCode.none
+
+    def commit(self, group_id: str, offsets: list[OffsetToCommit]) -> None:
+        """Persist then apply offsets already validated with `validate_commit`."""
+        now_ms = self._clock.wall_ms()
+        self._persist_offsets(group_id, offsets, now_ms)
+        group = self.groups.setdefault(group_id, Group(group_id))
+        for o in offsets:
+            group.offsets[(o.topic, o.partition)] = CommittedOffset(o.offset, o.leader_epoch, o.metadata, now_ms)
+
+    def committed(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
+        group = self.groups.get(group_id)
+        return dict(group.offsets) if group is not None else {}
+
+    def forget_topic(self, topic: str) -> None:
+        for group in self.groups.values():
+            for key in [k for k in group.offsets if k[0] == topic]:
+                del group.offsets[key]

@@ -1,0 +1,87 @@
+"""Group state as records in the internal topic __consumer_offsets (our own record format;
+no client reads it).
+
+A group's records go to partition `abs(java_hash(group_id)) % partitions`, as in Kafka, so
+the later multi-broker coordinator is the leader of that partition. Keys and values are
+small JSON documents: an offset commit per (group, topic, partition), and a group record
+carrying the generation. Replaying the partitions on startup rebuilds every group's
+committed offsets and generation.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from cluster.broker.groups import CommittedOffset, OffsetToCommit
+from cluster.protocol.records import Record, build_batch, read_records
+
+
+def java_string_hash(text: str) -> int:
+    """Java's String.hashCode over UTF-16 code units, as a signed 32-bit int."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - 2**32 if h >= 2**31 else h
+
+
+def partition_for_group(group_id: str, num_partitions: int) -> int:
+    # Kafka's Utils.abs is `n & 0x7fffffff`, not math.abs (which overflows on MIN_VALUE).
+    return (java_string_hash(group_id) & 0x7FFFFFFF) % num_partitions
+
+
+def offset_commit_batch(group_id: str, offsets: list[OffsetToCommit], now_ms: int, base_offset: int, leader_epoch: int) -> bytes:
+    records = [
+        Record(
+            json.dumps({"type": "offset", "group": group_id, "topic": o.topic, "partition": o.partition}, sort_keys=True).encode(),
+            json.dumps({"offset": o.offset, "leader_epoch": o.leader_epoch, "metadata": o.metadata, "commit_timestamp_ms": now_ms}).encode(),
+        )
+        for o in offsets
+    ]
+    return build_batch(records, base_offset=base_offset, timestamp_ms=now_ms, partition_leader_epoch=leader_epoch)
+
+
+def group_batch(group_id: str, generation_id: int, protocol_type: str | None, protocol_name: str | None, now_ms: int, base_offset: int, leader_epoch: int) -> bytes:
+    record = Record(
+        json.dumps({"type": "group", "group": group_id}, sort_keys=True).encode(),
+        json.dumps({"generation": generation_id, "protocol_type": protocol_type, "protocol": protocol_name}).encode(),
+    )
+    return build_batch([record], base_offset=base_offset, timestamp_ms=now_ms, partition_leader_epoch=leader_epoch)
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetRecord:
+    group_id: str
+    topic: str
+    partition: int
+    committed: CommittedOffset
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRecord:
+    group_id: str
+    generation_id: int
+    protocol_type: str | None
+    protocol_name: str | None
+
+
+def decode_batch(batch: bytes | memoryview, where: str) -> Iterator[OffsetRecord | GroupRecord]:
+    for record in read_records(batch):
+        if record.key is None or record.value is None:
+            continue
+        try:
+            key = json.loads(record.key)
+            value = json.loads(record.value)
+            if key["type"] == "offset":
+                yield OffsetRecord(
+                    key["group"],
+                    key["topic"],
+                    int(key["partition"]),
+                    CommittedOffset(int(value["offset"]), int(value["leader_epoch"]), str(value["metadata"]), int(value["commit_timestamp_ms"])),
+                )
+            elif key["type"] == "group":
+                yield GroupRecord(key["group"], int(value["generation"]), value["protocol_type"], value["protocol"])
+        except (ValueError, KeyError, TypeError) as error:
+            raise ValueError(f"{where} offset {record.offset}: unreadable group record ({error})") from None

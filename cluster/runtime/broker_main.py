@@ -1,0 +1,103 @@
+"""The broker process: `python -m cluster.runtime.broker_main --broker-id 0 --host 127.0.0.10
+--port 9092 --data-dir D [--config k=v ...]`.
+
+Loads and recovers the data directory, listens, and writes a ready file (JSON with host,
+port, pid) once it accepts connections, so a launcher can use `--port 0`. SIGTERM and
+SIGINT shut down cleanly: stop listening, flush and close every log, exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import logging
+import os
+import random
+import signal
+import sys
+
+from cluster.broker.broker import Broker
+from cluster.config import BrokerConfig, parse_assignments
+from cluster.runtime.adapters import AsyncioScheduler, SystemClock
+from cluster.runtime.connection import BrokerConnection
+from cluster.storage.disk import OsDisk
+
+log = logging.getLogger("cluster.runtime.broker_main")
+EXIT_BAD_ARGUMENTS = 254
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="broker_main", description="Run one logquake broker process.")
+    parser.add_argument("--broker-id", type=int, required=True)
+    parser.add_argument("--host", required=True, help="address to bind and advertise, e.g. 127.0.0.10")
+    parser.add_argument("--port", type=int, required=True, help="0 picks a free port (see --ready-file)")
+    parser.add_argument("--data-dir", required=True)
+    parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE", help="broker property (repeatable)")
+    parser.add_argument("--log-file", help="default: DATA_DIR/broker.log")
+    parser.add_argument("--ready-file", help="written (JSON host/port/pid) once the broker accepts connections")
+    parser.add_argument("--seed", type=int, help="seed of the broker's RNG (topic ids, member ids, fault draws)")
+    return parser.parse_args(argv)
+
+
+def _setup_logging(path: str) -> None:
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+
+
+def _write_ready_file(path: str, host: str, port: int) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump({"host": host, "port": port, "pid": os.getpid()}, f)
+    os.replace(tmp, path)
+
+
+async def serve(config: BrokerConfig, seed: int, ready_file: str | None) -> None:
+    loop = asyncio.get_running_loop()
+    broker: Broker | None = None
+    # Bind first (not yet serving) so that with --port 0 the broker advertises the real port.
+    server = await loop.create_server(lambda: BrokerConnection(broker), config.host, config.port, reuse_address=True, start_serving=False)  # type: ignore[arg-type]
+    config = dataclasses.replace(config, port=server.sockets[0].getsockname()[1])
+    disk = OsDisk(lose_unflushed_on_crash=config.log_crash_lose_unflushed)
+    broker = Broker(config, disk, SystemClock(), AsyncioScheduler(loop), random.Random(seed))
+    broker.start()
+    await server.start_serving()
+    port = config.port
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    log.info("broker %d listening on %s:%d (data dir %s, seed %d)", config.broker_id, config.host, port, config.data_dir, seed)
+    if ready_file:
+        _write_ready_file(ready_file, config.host, port)
+    await stop.wait()
+    log.info("broker %d: shutdown requested", config.broker_id)
+    server.close()
+    broker.shutdown()
+    disk.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        props = parse_assignments(args.config)
+        config = BrokerConfig.from_properties(args.broker_id, args.host, args.port, args.data_dir, props)
+    except ValueError as error:
+        print(f"broker_main: {error}", file=sys.stderr)
+        return EXIT_BAD_ARGUMENTS
+    os.makedirs(args.data_dir, exist_ok=True)
+    _setup_logging(args.log_file or os.path.join(args.data_dir, "broker.log"))
+    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(8), "big")
+    try:
+        asyncio.run(serve(config, seed, args.ready_file))
+    except Exception:
+        log.exception("broker %d failed", args.broker_id)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

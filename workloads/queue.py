@@ -263,5 +263,5 @@ def build(spec: RunSpec, bootstrap_servers: str) -> Workload:
     )
 
 
-def validate_options(options: dict[str, Any], brokers: int) -> None:
+def validate_options(options: dict[str, Any], brokers: int, concurrency: int) -> None:
     QueueOptions(dict(options), brokers)

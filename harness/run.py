@@ -1,0 +1,263 @@
+"""A run: the runtime handles behind a RunSpec, and the phases that use them.
+
+Phases (DESIGN.md §4): set up the cluster and topics → main phase (workload at the spec's
+rate, fault schedule on the nemesis) → heal every fault → quiet period → final phase (every
+consumer reads to the end) → tear down → check → report. A stop request (SIGINT/SIGTERM)
+ends generation; outstanding ops are completed as info, faults are healed and the cluster
+is torn down as usual, and the history stays readable. Checking and the report are skipped
+for an interrupted run (the final phase never ran, so a verdict would mislead).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from harness import store
+from harness.generator import (
+    Any as AnyOf, Completion, Generator, Invocation, Map, Rand, Sleep, Stagger, Stream, TimeLimit, clients,
+    derive_seed, nemesis as on_nemesis, with_nemesis,
+)
+from harness.generator.combinators import Seq
+from harness.history import HistoryWriter
+from harness.interpreter import Interpreter
+from harness.progress import Progress
+from harness.spec import RunSpec
+from workloads import registry
+
+LOGGER_NAME = "logquake"
+
+
+class HarnessError(RuntimeError):
+    """The harness itself could not do its job (exit 255), as opposed to a bad argument."""
+
+
+@dataclass
+class RunOutcome:
+    run_dir: Path
+    valid: Any  # True | False | "unknown" | None when no check ran
+    exit_code: int
+    interrupted: bool
+    message: str
+
+
+@dataclass
+class Run:
+    """Runtime handles of one run. Created by `open_run`; `execute` drives the phases."""
+
+    spec: RunSpec
+    run_dir: Path
+    history: HistoryWriter
+    log: logging.Logger
+    start_ns: int
+    progress: Progress | None = None
+    bootstrap_servers: str | None = None
+    cluster: Any = None
+    control: Any = None
+    packages: list[Any] = field(default_factory=list)
+    interpreter: Interpreter | None = None
+    stop_requested: threading.Event = field(default_factory=threading.Event)
+    healed: bool = False
+    _log_handler: logging.Handler | None = None
+
+    def request_stop(self) -> None:
+        self.stop_requested.set()
+        if self.interpreter is not None:
+            self.interpreter.stop()
+
+    def set_phase(self, phase: str) -> None:
+        self.log.info("phase: %s", phase)
+        if self.progress is not None:
+            self.progress.phase = phase
+
+    def close(self) -> None:
+        self.history.close()
+        if self._log_handler is not None:
+            self._log_handler.close()
+            self.log.removeHandler(self._log_handler)
+
+
+def open_run(spec: RunSpec, results_root: str | Path, *, progress: Progress | None = None) -> Run:
+    """Make the run directory, write spec.json, start harness.log and history.jsonl."""
+    run_dir = store.create_run_dir(results_root, spec.name)
+    spec.save(run_dir / store.SPEC_FILE)
+    log = logging.getLogger(LOGGER_NAME)
+    log.setLevel(logging.DEBUG)
+    handler = logging.FileHandler(run_dir / store.HARNESS_LOG_FILE, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(threadName)s] %(message)s"))
+    log.addHandler(handler)
+    history = HistoryWriter(run_dir / store.HISTORY_FILE)
+    run = Run(spec=spec, run_dir=run_dir, history=history, log=log, start_ns=time.monotonic_ns(),
+              progress=progress, _log_handler=handler)
+    log.info("run %s seed %d: %s", run_dir, spec.seed, spec.command)
+    return run
+
+
+# -- the system under test ------------------------------------------------------------
+
+@contextlib.contextmanager
+def bundled_cluster(run: Run) -> Iterator[None]:
+    """Start the bundled cluster with its data and logs inside the run directory."""
+    try:
+        launcher = importlib.import_module("cluster.launcher")
+    except ImportError as exc:
+        raise HarnessError(f"the bundled cluster is not available in this checkout ({exc}); "
+                           "point the run at a cluster with --bootstrap-servers") from None
+    spec = run.spec
+    cluster = launcher.LocalCluster(brokers=spec.brokers, config=dict(spec.cluster_config),
+                                    work_dir=run.run_dir / "cluster")
+    with cluster:
+        run.cluster = cluster
+        run.bootstrap_servers = cluster.bootstrap_servers
+        run.control = getattr(cluster, "control", None)
+        run.log.info("bundled cluster of %d broker(s) at %s", spec.brokers, run.bootstrap_servers)
+        try:
+            yield
+        finally:
+            run.cluster = None
+
+
+@contextlib.contextmanager
+def system_under_test(run: Run) -> Iterator[None]:
+    if run.spec.bootstrap_servers is not None:
+        run.bootstrap_servers = run.spec.bootstrap_servers
+        run.log.info("external cluster at %s", run.bootstrap_servers)
+        yield
+    else:
+        with bundled_cluster(run):
+            yield
+
+
+# -- faults ---------------------------------------------------------------------------
+
+class NemesisRouter:
+    """The nemesis thread's client: hands each fault op to the package that scheduled it."""
+
+    def __init__(self, packages: list[Any]):
+        self.by_name = {package.name: package for package in packages}
+
+    def invoke(self, invocation: Invocation) -> Completion:
+        package = self.by_name[invocation.extra["nemesis"]]
+        return Completion("info", package.invoke(invocation.f, invocation.value))
+
+    def close(self) -> None:
+        pass
+
+
+def build_packages(run: Run) -> list[Any]:
+    if not run.spec.nemeses:
+        return []
+    if run.control is None:
+        raise HarnessError("the nemeses need the cluster's control API, which this cluster does not provide")
+    try:
+        base = importlib.import_module("nemeses.base")
+    except ImportError as exc:
+        raise HarnessError(f"the nemeses are not available in this checkout ({exc})") from None
+    return list(base.build_packages(list(run.spec.nemeses), run.control, run.spec))
+
+
+def fault_schedule(spec: RunSpec, packages: list[Any]) -> Generator:
+    """Every package's seeded schedule, each spaced by the nemesis interval (uniform gaps in
+    [0, 2·interval)), merged on the nemesis thread, after an initial quiet period."""
+    streams = []
+    for package in packages:
+        rng = random.Random(derive_seed(spec.seed, "nemesis", package.name))
+        tag = {"nemesis": package.name}
+        tagged = Map(lambda op, tag=tag: op.with_(extra={**op.extra, **tag}), Stream(package.schedule(rng)))
+        streams.append(Stagger(spec.nemesis_interval_s, tagged, Rand.from_seed(spec.seed, "nemesis-gaps", package.name)))
+    if not streams:
+        return Seq()
+    return on_nemesis(Seq(Sleep(spec.initial_quiet_s), AnyOf(*streams)))
+
+
+# -- phases ---------------------------------------------------------------------------
+
+def main_generator(spec: RunSpec, workload_gen: Generator, faults: Generator) -> Generator:
+    workload = Stagger(1.0 / spec.rate_hz, workload_gen, Rand.from_seed(spec.seed, "rate"))
+    return TimeLimit(spec.time_limit_s, with_nemesis(faults, workload))
+
+
+def execute(run: Run) -> RunOutcome:
+    spec = run.spec
+    module = registry.load(spec.workload)
+    interrupted = False
+    with contextlib.ExitStack() as stack:
+        run.set_phase("setup")
+        stack.enter_context(system_under_test(run))
+        workload = module.build(spec, run.bootstrap_servers)
+        workload.setup()
+        run.packages = build_packages(run)
+        interp = Interpreter(concurrency=spec.concurrency, open_client=workload.open_client, history=run.history,
+                             nemesis=NemesisRouter(run.packages) if run.packages else None, log=run.log,
+                             on_op=run.progress.observe if run.progress else None, start_ns=run.start_ns)
+        run.interpreter = interp
+        stack.callback(interp.close)
+        stack.callback(heal, run)  # heal even if a phase raises
+        if run.stop_requested.is_set():
+            interp.stop()
+        run.set_phase("main")
+        interrupted = not interp.run(main_generator(spec, workload.generator, fault_schedule(spec, run.packages)))
+        heal(run)
+        if not interrupted:
+            run.set_phase("quiet")
+            interrupted = run.stop_requested.wait(spec.quiet_period_s)
+        if not interrupted and workload.final_generator is not None:
+            run.set_phase("final")
+            interrupted = not interp.run(TimeLimit(spec.final_time_limit_s, clients(workload.final_generator)))
+        run.set_phase("teardown")
+    run.history.close()
+    if interrupted:
+        return RunOutcome(run.run_dir, None, 130, True, "interrupted: history kept, faults healed, cluster torn down")
+    run.set_phase("check")
+    valid, message = check(run)
+    report(run)
+    from checkers.result import EXIT_CODES
+
+    return RunOutcome(run.run_dir, valid, EXIT_CODES[valid], False, message)
+
+
+def heal(run: Run) -> None:
+    """Undo every fault of every package, once, recording it like any nemesis op."""
+    if not run.packages or run.interpreter is None or run.healed:
+        return
+    run.healed = True
+    run.set_phase("heal")
+    for package in run.packages:
+        run.interpreter.record_nemesis(f"stop-{package.name}", "heal", package.heal,
+                                       extra={"nemesis": package.name, "heal": True})
+
+
+def check(run: Run) -> tuple[Any, str]:
+    """Run the checkers on the finished history; their absence or crash is 'unknown'."""
+    try:
+        pipeline = importlib.import_module("checkers.pipeline")
+    except ImportError:
+        run.log.warning("checkers.pipeline is not available: verdict unknown")
+        return "unknown", "no checkers in this checkout: verdict unknown"
+    try:
+        result = pipeline.check_run(run.run_dir)
+    except Exception as exc:
+        run.log.exception("the checkers crashed")
+        return "unknown", f"the checkers crashed ({type(exc).__name__}: {exc}): verdict unknown"
+    bad = sorted(a.name for a in getattr(result, "anomalies", []) if not a.allowed)
+    detail = f"; bad anomalies: {', '.join(bad)}" if bad else ""
+    return result.valid, f"valid={result.valid}{detail}"
+
+
+def report(run: Run) -> None:
+    try:
+        from harness.report import write_report
+    except ImportError:
+        return
+    try:
+        path = write_report(run.run_dir)
+        run.log.info("report: %s", path)
+    except Exception:
+        run.log.exception("writing the report failed")

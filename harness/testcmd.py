@@ -1,0 +1,242 @@
+"""`logquake test`: run a Jepsen-style test end to end and exit with its verdict.
+
+The first and last lines printed give the seed and the exact command that reproduces the
+run. Bad input exits 254 with a one-line reason; a broken harness exits 255; otherwise the
+exit code is the verdict (0 valid, 1 invalid, 2 unknown; 130 when interrupted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+import shlex
+import signal
+import socket
+import sys
+from typing import Any
+
+from harness.cli import EXIT_BAD_ARGUMENTS, EXIT_HARNESS_ERROR
+from harness.spec import NEMESIS_NAMES, PROCESS_CONTROL_NEMESES, RunSpec, SpecError, parse_key_values
+from workloads.registry import WORKLOAD_NAMES, load as load_workload
+
+PROBE_TIMEOUT_S = 2.0
+PROG = "logquake test"
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("test", help="run a test: workload + faults against a cluster, then check the history",
+                              description=__doc__.splitlines()[0])
+    p.add_argument("--workload", default="queue", help=f"one of {', '.join(WORKLOAD_NAMES)} (default queue)")
+    p.add_argument("--nemesis", default="", help=f"comma list of faults: {', '.join(NEMESIS_NAMES)} (default none)")
+    p.add_argument("--nemesis-interval", type=float, default=10.0, metavar="S",
+                   help="mean seconds between fault ops of each kind (default 10)")
+    p.add_argument("--time-limit", type=float, default=60.0, metavar="S", help="main phase length (default 60)")
+    p.add_argument("--final-time-limit", type=float, default=60.0, metavar="S",
+                   help="longest the final read-to-the-end phase may take (default 60)")
+    p.add_argument("--quiet-period", type=float, default=5.0, metavar="S",
+                   help="pause after healing, before the final phase (default 5)")
+    p.add_argument("--concurrency", type=int, default=5, help="client threads (default 5)")
+    p.add_argument("--rate", type=float, default=100.0, metavar="HZ", help="target ops/s across all clients (default 100)")
+    p.add_argument("--brokers", type=int, default=3, help="brokers in the bundled cluster (default 3)")
+    p.add_argument("--seed", type=int, default=None, help="run seed (default: random, printed)")
+    p.add_argument("--test-count", type=int, default=1, help="run the test this many times (default 1)")
+    p.add_argument("--client-config", action="append", default=[], metavar="KEY=VALUE",
+                   help="librdkafka setting for every client (repeatable)")
+    p.add_argument("--cluster-config", action="append", default=[], metavar="KEY=VALUE",
+                   help="broker setting, Kafka names (repeatable)")
+    p.add_argument("--workload-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="workload option, e.g. sub_via=subscribe or commit_mode=before (repeatable)")
+    p.add_argument("--bootstrap-servers", default=None, metavar="HOST:PORT,...",
+                   help="test an external Kafka-protocol cluster instead of the bundled one")
+    p.add_argument("--name", default=None, help="test name: results/<name>/<timestamp>/ (default from workload and faults)")
+    p.add_argument("--results-dir", default="results", help="results root (default ./results)")
+    p.set_defaults(handler=handle)
+
+
+class BadArgument(ValueError):
+    pass
+
+
+def build_spec(args: argparse.Namespace, seed: int) -> RunSpec:
+    """The spec for one run of these arguments; raises BadArgument with a one-line reason."""
+    try:
+        if args.workload not in WORKLOAD_NAMES:
+            raise BadArgument(f"unknown workload {args.workload!r}; known: {', '.join(WORKLOAD_NAMES)}")
+        nemeses = [n.strip() for n in args.nemesis.split(",") if n.strip()]
+        for nemesis in nemeses:
+            if nemesis not in NEMESIS_NAMES:
+                raise BadArgument(f"unknown nemesis {nemesis!r}; known: {', '.join(NEMESIS_NAMES)}")
+        if args.bootstrap_servers is not None:
+            refused = [n for n in nemeses if n in PROCESS_CONTROL_NEMESES]
+            if refused:
+                raise BadArgument(f"--nemesis {','.join(refused)} needs control of the broker processes, which an "
+                                  "external cluster (--bootstrap-servers) does not give; drop --nemesis or use the "
+                                  "bundled cluster")
+        if args.test_count < 1:
+            raise BadArgument(f"--test-count must be at least 1, got {args.test_count}")
+        client_overrides = parse_key_values(args.client_config, "--client-config")
+        cluster_config = parse_key_values(args.cluster_config, "--cluster-config")
+        workload_options: dict[str, Any] = parse_key_values(args.workload_option, "--workload-option")
+        module = load_workload(args.workload)
+        brokers = args.brokers
+        try:
+            module.validate_options(workload_options, brokers, args.concurrency)
+        except ValueError as exc:
+            raise BadArgument(str(exc)) from None
+        client_config = {**module.default_client_config(workload_options), **client_overrides}
+        name = args.name or f"{args.workload}-{'-'.join(nemeses) or 'no-faults'}"
+        fields = dict(name=name, workload=args.workload, seed=seed, time_limit_s=args.time_limit,
+                      concurrency=args.concurrency, rate_hz=args.rate, brokers=brokers, nemeses=tuple(nemeses),
+                      nemesis_interval_s=args.nemesis_interval, workload_options=workload_options,
+                      bootstrap_servers=args.bootstrap_servers, client_config=client_config,
+                      client_config_overrides=client_overrides, cluster_config=cluster_config,
+                      quiet_period_s=args.quiet_period, final_time_limit_s=args.final_time_limit)
+        RunSpec(**fields)  # validate before composing the command
+        return RunSpec(**fields, command=reproduce_command(args, seed, name))
+    except SpecError as exc:
+        raise BadArgument(_as_flag(str(exc))) from None
+
+
+def _as_flag(message: str) -> str:
+    """Spec field names -> the flags a user typed."""
+    for field_name, flag in (("time_limit_s", "--time-limit"), ("rate_hz", "--rate"), ("concurrency", "--concurrency"),
+                             ("brokers", "--brokers"), ("nemesis_interval_s", "--nemesis-interval"), ("seed", "--seed"),
+                             ("final_time_limit_s", "--final-time-limit"), ("quiet_period_s", "--quiet-period"),
+                             ("bootstrap_servers", "--bootstrap-servers"), ("name", "--name")):
+        if message.startswith(field_name + ":"):
+            return flag + message[len(field_name):]
+    return message
+
+
+def reproduce_command(args: argparse.Namespace, seed: int, name: str) -> str:
+    parts = ["logquake", "test", "--workload", args.workload]
+    if args.nemesis.strip():
+        parts += ["--nemesis", ",".join(n.strip() for n in args.nemesis.split(",") if n.strip()),
+                  "--nemesis-interval", f"{args.nemesis_interval:g}"]
+    parts += ["--time-limit", f"{args.time_limit:g}", "--final-time-limit", f"{args.final_time_limit:g}",
+              "--quiet-period", f"{args.quiet_period:g}", "--concurrency", str(args.concurrency),
+              "--rate", f"{args.rate:g}"]
+    if args.bootstrap_servers is not None:
+        parts += ["--bootstrap-servers", args.bootstrap_servers]
+    else:
+        parts += ["--brokers", str(args.brokers)]
+    parts += ["--seed", str(seed)]
+    for flag, items in (("--client-config", args.client_config), ("--cluster-config", args.cluster_config),
+                        ("--workload-option", args.workload_option)):
+        for item in items:
+            parts += [flag, item]
+    parts += ["--name", name]
+    if args.results_dir != "results":
+        parts += ["--results-dir", args.results_dir]
+    return shlex.join(parts)
+
+
+def probe_bootstrap_servers(servers: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+    """Raise BadArgument unless at least one bootstrap server accepts a TCP connection."""
+    problems = []
+    for server in servers.split(","):
+        host, _, port = server.strip().rpartition(":")
+        host = host.strip("[]")
+        try:
+            with socket.create_connection((host, int(port)), timeout=timeout_s):
+                return
+        except (OSError, ValueError) as exc:
+            problems.append(f"{server.strip()}: {exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}")
+    raise BadArgument(f"cannot reach any bootstrap server ({'; '.join(problems)})")
+
+
+def handle(args: argparse.Namespace) -> int:
+    from checkers.result import merge_valid
+
+    base_seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
+    try:
+        specs = []
+        for i in range(max(1, args.test_count)):
+            seed = base_seed if i == 0 else _nth_seed(base_seed, i)
+            specs.append(build_spec(args, seed))
+        if args.bootstrap_servers is not None:
+            probe_bootstrap_servers(args.bootstrap_servers)
+    except BadArgument as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return EXIT_BAD_ARGUMENTS
+    verdicts = []
+    exit_code = 0
+    for spec in specs:
+        print(f"{PROG}: seed {spec.seed}; reproduce with: {spec.command}", flush=True)
+        code, valid = run_one(spec, args.results_dir)
+        if code in (EXIT_HARNESS_ERROR, 130):
+            return code
+        verdicts.append(valid)
+    if len(verdicts) > 1:
+        exit_code = {True: 0, False: 1, "unknown": 2}[merge_valid(verdicts)]
+        print(f"{PROG}: {len(verdicts)} runs, overall {_verdict_word(merge_valid(verdicts))}", flush=True)
+        return exit_code
+    return {True: 0, False: 1, "unknown": 2}[verdicts[0]]
+
+
+def _nth_seed(seed: int, i: int) -> int:
+    from harness.generator import derive_seed
+
+    return derive_seed(seed, "test-count", i) % 2**31
+
+
+def _verdict_word(valid: Any) -> str:
+    return {True: "valid", False: "INVALID", "unknown": "unknown"}.get(valid, str(valid))
+
+
+def run_one(spec: RunSpec, results_dir: str) -> tuple[int, Any]:
+    from harness.progress import Progress
+    from harness.run import HarnessError, execute, open_run
+
+    progress = Progress()
+    try:
+        run = open_run(spec, results_dir, progress=progress)
+    except OSError as exc:
+        print(f"{PROG}: cannot create the run directory under {results_dir}: {exc}", file=sys.stderr)
+        return EXIT_HARNESS_ERROR, None
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def on_signal(signum: int, frame: Any) -> None:
+        print(f"\n{PROG}: {signal.Signals(signum).name}: stopping, healing faults and tearing down",
+              file=sys.stderr, flush=True)
+        run.request_stop()
+
+    for sig in previous:
+        signal.signal(sig, on_signal)
+    progress.start()
+    try:
+        outcome = execute(run)
+    except HarnessError as exc:
+        run.log.error("harness error: %s", exc)
+        print(f"{PROG}: harness error: {exc}", file=sys.stderr)
+        print(f"{PROG}: seed {spec.seed}; results in {run.run_dir}; reproduce with: {spec.command}", flush=True)
+        return EXIT_HARNESS_ERROR, None
+    except Exception as exc:
+        run.log.exception("harness error")
+        print(f"{PROG}: harness error: {type(exc).__name__}: {exc} (details in {run.run_dir}/harness.log)",
+              file=sys.stderr)
+        print(f"{PROG}: seed {spec.seed}; results in {run.run_dir}; reproduce with: {spec.command}", flush=True)
+        return EXIT_HARNESS_ERROR, None
+    finally:
+        progress.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        run.close()
+    verdict = "interrupted" if outcome.interrupted else _verdict_word(outcome.valid)
+    print(f"{PROG}: {verdict} ({outcome.message}); results in {outcome.run_dir}", flush=True)
+    print(f"{PROG}: seed {spec.seed}; reproduce with: {spec.command}", flush=True)
+    return outcome.exit_code, outcome.valid
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m harness.testcmd ...`: the test subcommand on its own."""
+    from harness.cli import ArgumentParser
+
+    parser = ArgumentParser(prog="logquake")
+    register(parser.add_subparsers(dest="command", required=True, parser_class=ArgumentParser))
+    args = parser.parse_args(["test", *(sys.argv[1:] if argv is None else argv)])
+    return int(args.handler(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

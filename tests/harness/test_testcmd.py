@@ -1,0 +1,86 @@
+"""`logquake test` argument handling: every bad input exits 254 with a one-line reason."""
+
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from harness import testcmd
+from harness.cli import EXIT_BAD_ARGUMENTS
+
+
+def run_cli(capsys, *argv):
+    with pytest.raises(SystemExit) as exc:
+        sys.exit(testcmd.main(list(argv)))
+    captured = capsys.readouterr()
+    return exc.value.code, captured.out, captured.err
+
+
+def closed_port():
+    """A loopback port nobody listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("argv, reason", [
+    (["--workload", "nope"], "unknown workload 'nope'"),
+    (["--nemesis", "kill,meteor"], "unknown nemesis 'meteor'"),
+    (["--client-config", "acks"], "--client-config: 'acks' is not key=value"),
+    (["--cluster-config", "=3"], "--cluster-config: '=3' is not key=value"),
+    (["--workload-option", "sub_via=carrier-pigeon"], "sub_via"),
+    (["--workload-option", "no_such_option=1"], "unknown queue workload option"),
+    (["--time-limit", "-5"], "--time-limit"),
+    (["--rate", "0"], "--rate"),
+    (["--concurrency", "0"], "--concurrency"),
+    (["--test-count", "0"], "--test-count"),
+    (["--name", "../escape"], "--name"),
+    (["--workload", "delivery", "--concurrency", "1"], "leave at least one consumer"),
+    (["--bootstrap-servers", "127.0.0.1:9092", "--nemesis", "kill"], "needs control of the broker processes"),
+    (["--bootstrap-servers", "no-port-here"], "is not host:port"),
+])
+def test_bad_input_exits_254_with_a_one_line_reason(capsys, tmp_path, argv, reason):
+    code, out, err = run_cli(capsys, *argv, "--results-dir", str(tmp_path))
+    assert code == EXIT_BAD_ARGUMENTS
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("logquake test: ") and reason in lines[0]
+    assert out == ""
+    assert list(tmp_path.iterdir()) == []  # nothing was started or written
+
+
+def test_unreachable_bootstrap_servers_exit_254(capsys, tmp_path):
+    port = closed_port()
+    code, out, err = run_cli(capsys, "--bootstrap-servers", f"127.0.0.1:{port}", "--results-dir", str(tmp_path))
+    assert code == EXIT_BAD_ARGUMENTS
+    assert err.strip().splitlines() == [f"logquake test: cannot reach any bootstrap server (127.0.0.1:{port}: Connection refused)"]
+
+
+def test_malformed_numbers_exit_254_through_argparse(capsys):
+    code, _, err = run_cli(capsys, "--concurrency", "many")
+    assert code == EXIT_BAD_ARGUMENTS
+    assert "invalid int value: 'many'" in err
+
+
+def test_reproduce_command_names_every_choice_and_parses_back(capsys):
+    from harness.cli import ArgumentParser
+
+    parser = ArgumentParser(prog="logquake")
+    testcmd.register(parser.add_subparsers(dest="command", required=True, parser_class=ArgumentParser))
+    args = parser.parse_args(["test", "--workload", "delivery", "--nemesis", "kill", "--client-config", "acks=1",
+                              "--workload-option", "commit_mode=before", "--concurrency", "4", "--seed", "99"])
+    spec = testcmd.build_spec(args, 99)
+    assert spec.client_config["acks"] == "1" and spec.client_config_overrides == {"acks": "1"}
+    assert spec.client_config["enable.auto.commit"] == "false"  # the workload's default, recorded
+    import shlex
+
+    again = parser.parse_args(shlex.split(spec.command)[1:])
+    assert testcmd.build_spec(again, again.seed) == spec
+
+
+def test_module_entry_point_reports_bad_input_in_a_subprocess(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "harness.testcmd", "--nemesis", "meteor"], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == EXIT_BAD_ARGUMENTS
+    assert out.stderr.strip() == "logquake test: unknown nemesis 'meteor'; known: kill, pause, partition, clock"

@@ -177,13 +177,13 @@ def write_lost_write_run(run_dir: Path, *, with_results: bool = True) -> list[in
 def write_valid_run(run_dir: Path, name: str = "queue-none") -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     write_spec(run_dir, name=name, nemeses=[])
-    with HistoryWriter(run_dir / store.HISTORY_FILE) as writer:
-        h = HistoryBuilder(writer)
-        for value in range(20):
-            h.op(value * 0.1, "invoke", 0, "send", [["send", 0, value]])
-            h.op(value * 0.1 + 0.002, "ok", 0, "send", [["send", 0, [value, value]]])
-        h.op(2.5, "invoke", 1, "poll", [["poll"]])
-        h.op(2.51, "ok", 1, "poll", [["poll", {0: [[v, v] for v in range(20)]}]])
+    h = HistoryBuilder()
+    for value in range(20):
+        h.op(value * 0.1, "invoke", 0, "send", [["send", 0, value]])
+        h.op(value * 0.1 + 0.002, "ok", 0, "send", [["send", 0, [value, value]]])
+    h.op(2.5, "invoke", 1, "poll", [["poll"]])
+    h.op(2.51, "ok", 1, "poll", [["poll", {0: [[v, v] for v in range(20)]}]])
+    h.write(run_dir / store.HISTORY_FILE)
     CheckResult(valid=True, claims=[Claim("acked-writes-durable", "Acknowledged writes survive.", "acks=all", True)]).save(
         run_dir / store.RESULTS_FILE
     )

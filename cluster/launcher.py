@@ -1,0 +1,261 @@
+"""LocalCluster: broker OS processes on this machine, one per broker, broker i bound to its own
+address 127.0.0.(10+i), with a readiness probe over the Kafka protocol and guaranteed
+teardown.
+
+    with LocalCluster(brokers=1, config={"log.flush.interval.messages": "1"}) as cluster:
+        Producer({"bootstrap.servers": cluster.bootstrap_servers})
+        cluster.kill(0); cluster.start(0)
+
+Hooks for fault injection: `wrap_argv(broker_id, argv)` wraps a broker's command (e.g. to
+run it inside a network namespace) and `extra_env(broker_id)` adds environment variables
+(e.g. LD_PRELOAD of libfaketime). Processes get PR_SET_PDEATHSIG=SIGKILL (unless
+`die_with_parent=False`, for the detached CLI), so they die even if the test process is
+killed outright.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cluster.protocol.client import ProtocolClientError, WireClient
+from cluster.protocol.versions import ApiKey
+
+FIRST_HOST_OCTET = 10
+MAX_BROKERS_WITHOUT_REPLICATION = 1
+_PR_SET_PDEATHSIG = 1
+
+
+class BrokerStartError(RuntimeError):
+    """A broker process exited or did not become ready in time; the message holds its log tail."""
+
+
+def broker_host(broker_id: int) -> str:
+    return f"127.0.0.{FIRST_HOST_OCTET + broker_id}"
+
+
+def _die_with_parent() -> None:
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+@dataclass
+class BrokerProcess:
+    broker_id: int
+    host: str
+    port: int
+    data_dir: str
+    log_path: str
+    pid: int | None = None
+    popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def ready_file(self) -> str:
+        return f"{self.data_dir}.ready"
+
+
+def _log_tail(path: str, lines: int = 30) -> str:
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def probe(host: str, port: int, timeout_s: float = 2.0) -> None:
+    """Raise unless the broker answers ApiVersions and Metadata."""
+    with WireClient(host, port, timeout_s=timeout_s) as client:
+        versions = client.request(ApiKey.API_VERSIONS, 3, client_software_name="logquake-probe", client_software_version="0")
+        if versions.error_code.value != 0:
+            raise ProtocolClientError(f"ApiVersions answered error {versions.error_code}")
+        client.request(ApiKey.METADATA, 12, topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+
+
+class LocalCluster:
+    def __init__(
+        self,
+        brokers: int = 1,
+        *,
+        base_dir: str | os.PathLike[str] | None = None,
+        config: Mapping[str, str] | None = None,
+        port: int = 0,
+        wrap_argv: Callable[[int, list[str]], list[str]] | None = None,
+        extra_env: Callable[[int], dict[str, str]] | None = None,
+        startup_timeout_s: float = 30.0,
+        die_with_parent: bool = True,
+        seed: int | None = None,
+    ) -> None:
+        if brokers < 1:
+            raise ValueError(f"a cluster needs at least one broker, got {brokers}")
+        if brokers > MAX_BROKERS_WITHOUT_REPLICATION:
+            raise ValueError(
+                f"{brokers} brokers requested, but without replication (not built yet) brokers would serve "
+                f"independent logs, which is not a cluster; use brokers=1"
+            )
+        self._own_base_dir = base_dir is None
+        self.base_dir = str(base_dir) if base_dir is not None else tempfile.mkdtemp(prefix="logquake-cluster-")
+        os.makedirs(self.base_dir, exist_ok=True)
+        self.config = dict(config or {})
+        self._wrap_argv = wrap_argv
+        self._extra_env = extra_env
+        self._startup_timeout_s = startup_timeout_s
+        self._die_with_parent = die_with_parent
+        self._seed = seed
+        self.brokers = [
+            BrokerProcess(i, broker_host(i), port, os.path.join(self.base_dir, f"broker-{i}"), os.path.join(self.base_dir, f"broker-{i}.log"))
+            for i in range(brokers)
+        ]
+        self._paused: set[int] = set()
+
+    # ---- context manager ------------------------------------------------------------
+
+    def __enter__(self) -> LocalCluster:
+        try:
+            for broker in self.brokers:
+                self.start(broker.broker_id)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(b.address for b in self.brokers)
+
+    # ---- one broker ------------------------------------------------------------------
+
+    def argv(self, broker_id: int) -> list[str]:
+        broker = self.brokers[broker_id]
+        argv = [
+            sys.executable, "-m", "cluster.runtime.broker_main",
+            "--broker-id", str(broker_id), "--host", broker.host, "--port", str(broker.port),
+            "--data-dir", broker.data_dir, "--log-file", broker.log_path, "--ready-file", broker.ready_file,
+        ]
+        if self._seed is not None:
+            argv += ["--seed", str(self._seed + broker_id)]
+        for key, value in sorted(self.config.items()):
+            argv += ["--config", f"{key}={value}"]
+        return self._wrap_argv(broker_id, argv) if self._wrap_argv else argv
+
+    def start(self, broker_id: int) -> BrokerProcess:
+        broker = self.brokers[broker_id]
+        if self.is_alive(broker_id):
+            raise RuntimeError(f"broker {broker_id} is already running (pid {broker.pid})")
+        if os.path.exists(broker.ready_file):
+            os.remove(broker.ready_file)
+        env = dict(os.environ)
+        project_root = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = project_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        if self._extra_env:
+            env.update(self._extra_env(broker_id))
+        with open(broker.log_path, "ab") as log_file:
+            broker.popen = subprocess.Popen(
+                self.argv(broker_id),
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=project_root,
+                preexec_fn=_die_with_parent if self._die_with_parent else None,
+                start_new_session=not self._die_with_parent,
+            )
+        broker.pid = broker.popen.pid
+        self._paused.discard(broker_id)
+        self._wait_ready(broker)
+        return broker
+
+    def _wait_ready(self, broker: BrokerProcess) -> None:
+        deadline = time.monotonic() + self._startup_timeout_s
+        last_error = "no ready file yet"
+        while time.monotonic() < deadline:
+            if broker.popen is not None and broker.popen.poll() is not None:
+                raise BrokerStartError(f"broker {broker.broker_id} exited with status {broker.popen.returncode}:\n{_log_tail(broker.log_path)}")
+            if os.path.exists(broker.ready_file):
+                with open(broker.ready_file) as f:
+                    broker.port = int(json.load(f)["port"])
+                try:
+                    probe(broker.host, broker.port)
+                    return
+                except (OSError, ProtocolClientError) as error:
+                    last_error = str(error)
+            time.sleep(0.05)
+        self._signal(broker.broker_id, signal.SIGKILL)
+        raise BrokerStartError(f"broker {broker.broker_id} not ready after {self._startup_timeout_s} s ({last_error}):\n{_log_tail(broker.log_path)}")
+
+    def is_alive(self, broker_id: int) -> bool:
+        broker = self.brokers[broker_id]
+        if broker.popen is not None:
+            return broker.popen.poll() is None
+        return False
+
+    def _signal(self, broker_id: int, signum: int) -> None:
+        broker = self.brokers[broker_id]
+        if broker.popen is not None and broker.popen.poll() is None:
+            broker.popen.send_signal(signum)
+
+    def kill(self, broker_id: int) -> None:
+        """SIGKILL: a crash. Waits until the process is gone."""
+        self._signal(broker_id, signal.SIGKILL)
+        self._reap(broker_id, timeout_s=10.0)
+        self._paused.discard(broker_id)
+
+    def stop(self, broker_id: int, timeout_s: float = 15.0) -> int | None:
+        """SIGTERM: a clean shutdown (flush, close); SIGKILL if it takes over `timeout_s`."""
+        if broker_id in self._paused:
+            self.resume(broker_id)
+        self._signal(broker_id, signal.SIGTERM)
+        code = self._reap(broker_id, timeout_s=timeout_s)
+        if self.is_alive(broker_id):
+            self.kill(broker_id)
+        return code
+
+    def pause(self, broker_id: int) -> None:
+        self._signal(broker_id, signal.SIGSTOP)
+        self._paused.add(broker_id)
+
+    def resume(self, broker_id: int) -> None:
+        self._signal(broker_id, signal.SIGCONT)
+        self._paused.discard(broker_id)
+
+    def _reap(self, broker_id: int, timeout_s: float) -> int | None:
+        popen = self.brokers[broker_id].popen
+        if popen is None:
+            return None
+        try:
+            return popen.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def close(self) -> None:
+        """Stop every broker (clean if possible, killed otherwise) and remove a temp base dir."""
+        try:
+            for broker in self.brokers:
+                try:
+                    self.stop(broker.broker_id)
+                except BaseException:
+                    self._signal(broker.broker_id, signal.SIGKILL)
+                    raise
+        finally:
+            if self._own_base_dir:
+                shutil.rmtree(self.base_dir, ignore_errors=True)
+
+    def detach(self) -> None:
+        """Forget the processes without stopping them (the CLI's detached start)."""
+        for broker in self.brokers:
+            broker.popen = None

@@ -111,17 +111,30 @@ def bundled_cluster(run: Run) -> Iterator[None]:
         raise HarnessError(f"the bundled cluster is not available in this checkout ({exc}); "
                            "point the run at a cluster with --bootstrap-servers") from None
     spec = run.spec
-    cluster = launcher.LocalCluster(brokers=spec.brokers, config=dict(spec.cluster_config),
-                                    work_dir=run.run_dir / "cluster")
+    try:
+        cluster = launcher.LocalCluster(brokers=spec.brokers, base_dir=run.run_dir / "cluster",
+                                        config=dict(spec.cluster_config),
+                                        seed=derive_seed(spec.seed, "cluster") % 2**31)
+    except ValueError as exc:
+        raise HarnessError(f"cannot build the bundled cluster: {exc}") from None
     with cluster:
         run.cluster = cluster
         run.bootstrap_servers = cluster.bootstrap_servers
-        run.control = getattr(cluster, "control", None)
+        run.control = cluster_control(cluster)
         run.log.info("bundled cluster of %d broker(s) at %s", spec.brokers, run.bootstrap_servers)
         try:
             yield
         finally:
             run.cluster = None
+
+
+def cluster_control(cluster: Any) -> Any:
+    """The control API the nemeses act through (cluster/control.py), if this checkout has it."""
+    try:
+        control = importlib.import_module("cluster.control")
+    except ImportError:
+        return None
+    return control.ClusterControl(cluster)
 
 
 @contextlib.contextmanager
@@ -235,20 +248,43 @@ def heal(run: Run) -> None:
 
 
 def check(run: Run) -> tuple[Any, str]:
-    """Run the checkers on the finished history; their absence or crash is 'unknown'."""
+    """Run the checkers on the finished history and write results.json. Their absence or a
+    crash is 'unknown', never a crashed run."""
     try:
-        pipeline = importlib.import_module("checkers.pipeline")
-    except ImportError:
-        run.log.warning("checkers.pipeline is not available: verdict unknown")
-        return "unknown", "no checkers in this checkout: verdict unknown"
-    try:
-        result = pipeline.check_run(run.run_dir)
+        result = _analyze(run)
+    except ImportError as exc:
+        run.log.warning("the checkers are not available (%s): verdict unknown", exc)
+        return "unknown", f"no checkers in this checkout ({exc}): verdict unknown"
     except Exception as exc:
         run.log.exception("the checkers crashed")
         return "unknown", f"the checkers crashed ({type(exc).__name__}: {exc}): verdict unknown"
-    bad = sorted(a.name for a in getattr(result, "anomalies", []) if not a.allowed)
-    detail = f"; bad anomalies: {', '.join(bad)}" if bad else ""
+    bad = sorted(a.name for a in result.anomalies if not a.allowed)
+    errors = sorted({e.checker for e in result.errors})
+    detail = (f"; bad anomalies: {', '.join(bad)}" if bad else "") + \
+             (f"; checker errors: {', '.join(errors)}" if errors else "")
     return result.valid, f"valid={result.valid}{detail}"
+
+
+def _analyze(run: Run) -> Any:
+    """harness.analyze when it exists (it owns re-analysis); else the checkers' own chain:
+    history.jsonl -> Parquet -> claims from spec.json -> one Spark job -> results.json."""
+    try:
+        analyze = importlib.import_module("harness.analyze")
+    except ImportError:
+        analyze = None
+    if analyze is not None and hasattr(analyze, "analyze_run"):
+        return analyze.analyze_run(run.run_dir)
+    from checkers.claims import ClaimInputs
+    from checkers.pipeline import HISTORY_PARQUET, check_run
+    from checkers.spark import make_spark
+    from harness.history_parquet import convert_history
+
+    parquet_dir = run.run_dir / HISTORY_PARQUET
+    convert_history(run.run_dir / store.HISTORY_FILE, parquet_dir, run.run_dir.name)
+    inputs = ClaimInputs.from_spec_json(run.spec.to_json())
+    result = check_run(parquet_dir, inputs, make_spark())
+    result.save(run.run_dir / store.RESULTS_FILE)
+    return result
 
 
 def report(run: Run) -> None:

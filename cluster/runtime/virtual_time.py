@@ -1,0 +1,75 @@
+"""Virtual time for driving the broker core deterministically: a clock that only moves when
+told to, and a scheduler whose timers fire, in deadline order, as the clock is advanced.
+
+This is the injected interface the sans-I/O core is written against, used by the core's
+unit tests now and by the deterministic simulator later.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+class VirtualClock:
+    def __init__(self, monotonic_ns: int = 0, wall_ms: int = 1_700_000_000_000) -> None:
+        self._monotonic_ns = monotonic_ns
+        # Wall time may be skewed independently of monotonic time (clock faults).
+        self.wall_offset_ms = wall_ms - monotonic_ns // 1_000_000
+
+    def monotonic_ns(self) -> int:
+        return self._monotonic_ns
+
+    def wall_ms(self) -> int:
+        return self._monotonic_ns // 1_000_000 + self.wall_offset_ms
+
+    def _advance_to(self, monotonic_ns: int) -> None:
+        if monotonic_ns < self._monotonic_ns:
+            raise ValueError(f"virtual time cannot go backwards ({monotonic_ns} < {self._monotonic_ns})")
+        self._monotonic_ns = monotonic_ns
+
+
+@dataclass(order=True)
+class VirtualTimer:
+    deadline_ns: int
+    sequence: int
+    callback: Callable[[], None] = field(compare=False)
+    cancelled: bool = field(default=False, compare=False)
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class VirtualScheduler:
+    def __init__(self, clock: VirtualClock) -> None:
+        self.clock = clock
+        self._timers: list[VirtualTimer] = []
+        self._sequence = itertools.count()
+
+    def call_later(self, delay_ms: float, callback: Callable[[], None]) -> VirtualTimer:
+        deadline = self.clock.monotonic_ns() + int(max(delay_ms, 0.0) * 1_000_000)
+        timer = VirtualTimer(deadline, next(self._sequence), callback)
+        heapq.heappush(self._timers, timer)
+        return timer
+
+    @property
+    def pending(self) -> int:
+        return sum(1 for t in self._timers if not t.cancelled)
+
+    def advance(self, delta_ms: float) -> int:
+        """Move time forward by `delta_ms`, firing every timer that comes due on the way (at
+        its own deadline, so callbacks see the time they were scheduled for). Returns how
+        many fired."""
+        target = self.clock.monotonic_ns() + int(delta_ms * 1_000_000)
+        fired = 0
+        while self._timers and self._timers[0].deadline_ns <= target:
+            timer = heapq.heappop(self._timers)
+            if timer.cancelled:
+                continue
+            self.clock._advance_to(timer.deadline_ns)
+            timer.callback()
+            fired += 1
+        self.clock._advance_to(target)
+        return fired

@@ -1,0 +1,145 @@
+"""The broker core through its sans-I/O interface: topics, metadata, produce, idempotence."""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from cluster.protocol.versions import ApiKey, SUPPORTED_VERSIONS
+from tests.cluster.broker.core_driver import CoreDriver
+from tests.cluster.broker.requests import batch, create_topic, init_producer_id, metadata, produce, send_produce, topic_id
+
+
+def test_api_versions_advertises_the_table() -> None:
+    body = CoreDriver().call(ApiKey.API_VERSIONS, 3, client_software_name="t", client_software_version="1")
+    assert body.error_code is ErrorCode.none
+    assert {k.api_key: (k.min_version, k.max_version) for k in body.api_keys} == {
+        int(k): (r.min_version, r.max_version) for k, r in SUPPORTED_VERSIONS.items()
+    }
+
+
+def test_create_topic_then_metadata_shows_ids_and_epochs() -> None:
+    driver = CoreDriver()
+    created = create_topic(driver, "orders", 4)
+    assert created.topics[0].error_code is ErrorCode.none and created.topics[0].num_partitions == 4
+    again = create_topic(driver, "orders", 4)
+    assert again.topics[0].error_code is ErrorCode.topic_already_exists
+    bad = create_topic(driver, "no spaces allowed", 1)
+    assert bad.topics[0].error_code is ErrorCode.invalid_topic_exception
+    body = metadata(driver, ["orders"])
+    (topic,) = body.topics
+    assert topic.topic_id == topic_id(driver, "orders") and topic.topic_id.int != 0
+    assert [(p.partition_index, p.leader_id, p.leader_epoch) for p in topic.partitions] == [(i, 0, 0) for i in range(4)]
+    assert body.brokers[0].host == "127.0.0.10" and body.brokers[0].port == 9092
+
+
+def test_metadata_auto_creates_only_when_allowed() -> None:
+    driver = CoreDriver()
+    refused = metadata(driver, ["lazy"], auto_create=False)
+    assert refused.topics[0].error_code is ErrorCode.unknown_topic_or_partition
+    created = metadata(driver, ["lazy"], auto_create=True)
+    assert created.topics[0].error_code is ErrorCode.none and len(created.topics[0].partitions) == 1
+    listed = {t.name for t in metadata(driver, None).topics}
+    assert {"lazy", "__consumer_offsets"} <= listed
+
+
+def test_topics_and_ids_survive_restart_with_bumped_epochs() -> None:
+    driver = CoreDriver()
+    create_topic(driver, "kept", 2)
+    before = topic_id(driver, "kept")
+    driver.restart()
+    (topic,) = metadata(driver, ["kept"], auto_create=False).topics
+    assert topic.topic_id == before
+    assert [p.leader_epoch for p in topic.partitions] == [1, 1]
+
+
+def test_produce_assigns_consecutive_offsets_and_restamps_epoch() -> None:
+    driver = CoreDriver()
+    create_topic(driver, "t", 1)
+    first = produce(driver, "t", 0, batch([b"a", b"b", b"c"]))
+    second = produce(driver, "t", 0, batch([b"d"]))
+    assert (first.error_code, first.base_offset, second.base_offset) == (ErrorCode.none, 0, 3)
+    partition = driver.broker.partition("t", 0)
+    assert partition.high_watermark == partition.log_end_offset == 4
+    stored = partition.read(0, 10_000)
+    assert [bytes(b)[:8] for b in stored] == [(0).to_bytes(8, "big"), (3).to_bytes(8, "big")]
+
+
+def test_produce_rejects_corrupt_batches_and_unknown_partitions() -> None:
+    driver = CoreDriver()
+    create_topic(driver, "t", 1)
+    damaged = bytearray(batch([b"payload"]))
+    damaged[-1] ^= 0xFF
+    assert produce(driver, "t", 0, bytes(damaged)).error_code is ErrorCode.corrupt_message
+    assert produce(driver, "t", 5, batch([b"x"])).error_code is ErrorCode.unknown_topic_or_partition
+    assert produce(driver, "t", 0, batch([b"x"]) + batch([b"y"])).error_code is ErrorCode.invalid_record
+    assert driver.broker.partition("t", 0).log_end_offset == 0
+
+
+def test_acks_zero_sends_no_response_but_appends() -> None:
+    driver = CoreDriver()
+    create_topic(driver, "t", 1)
+    pending = send_produce(driver, "t", 0, batch([b"x"]), acks=0)
+    assert pending.done and pending.response.chunks is None and not pending.response.close_connection
+    assert driver.broker.partition("t", 0).log_end_offset == 1
+
+
+def test_drop_produce_response_fault_closes_after_appending() -> None:
+    driver = CoreDriver({"test.drop.produce.response.probability": "1.0"})
+    create_topic(driver, "t", 1)
+    pending = send_produce(driver, "t", 0, batch([b"x"]))
+    assert pending.response.chunks is None and pending.response.close_connection
+    assert driver.broker.partition("t", 0).log_end_offset == 1
+
+
+def test_idempotent_producer_sequence_rules() -> None:
+    driver = CoreDriver()
+    create_topic(driver, "t", 1)
+    ids = init_producer_id(driver)
+    pid, epoch = ids.producer_id, ids.producer_epoch
+    assert produce(driver, "t", 0, batch([b"a", b"b"], pid, epoch, 0)).base_offset == 0
+    assert produce(driver, "t", 0, batch([b"c"], pid, epoch, 2)).base_offset == 2
+    duplicate = produce(driver, "t", 0, batch([b"a", b"b"], pid, epoch, 0))
+    assert (duplicate.error_code, duplicate.base_offset) == (ErrorCode.none, 0)
+    assert produce(driver, "t", 0, batch([b"e"], pid, epoch, 5)).error_code is ErrorCode.out_of_order_sequence_number
+    bumped = init_producer_id(driver, pid, epoch)
+    assert (bumped.producer_id, bumped.producer_epoch) == (pid, epoch + 1)
+    assert produce(driver, "t", 0, batch([b"f"], pid, epoch + 1, 0)).error_code is ErrorCode.none
+    assert produce(driver, "t", 0, batch([b"g"], pid, epoch, 3)).error_code is ErrorCode.invalid_producer_epoch
+    assert produce(driver, "t", 0, batch([b"h"], pid + 1000, 0, 7)).error_code is ErrorCode.unknown_producer_id
+    assert produce(driver, "t", 0, batch([b"i"], pid, epoch + 1, 5)).error_code is ErrorCode.out_of_order_sequence_number
+
+
+def test_deduplication_survives_restart_and_crash() -> None:
+    driver = CoreDriver({"log.flush.interval.messages": "1"})
+    create_topic(driver, "t", 1)
+    pid = init_producer_id(driver).producer_id
+    for seq in range(3):
+        produce(driver, "t", 0, batch([b"v%d" % seq], pid, 0, seq))
+    driver.restart()
+    retry = produce(driver, "t", 0, batch([b"v1"], pid, 0, 1))
+    assert (retry.error_code, retry.base_offset) == (ErrorCode.none, 1)
+    driver.restart(crash=True)
+    retry = produce(driver, "t", 0, batch([b"v2"], pid, 0, 2))
+    assert (retry.error_code, retry.base_offset) == (ErrorCode.none, 2)
+    assert produce(driver, "t", 0, batch([b"v3"], pid, 0, 3)).base_offset == 3
+
+
+def test_producer_ids_are_unique_across_restarts_and_crashes() -> None:
+    driver = CoreDriver({"producer.id.block.size": "3"})
+    seen = [init_producer_id(driver).producer_id for _ in range(4)]
+    driver.restart(crash=True)
+    seen += [init_producer_id(driver).producer_id for _ in range(4)]
+    driver.restart()
+    seen += [init_producer_id(driver).producer_id for _ in range(2)]
+    assert len(set(seen)) == len(seen)
+
+
+def test_crash_keeps_the_fsynced_prefix_only() -> None:
+    driver = CoreDriver()
+    create_topic(driver, "t", 1, {"flush.messages": "2"})
+    for value in (b"a", b"b", b"c"):
+        produce(driver, "t", 0, batch([value]))
+    driver.restart(crash=True)
+    partition = driver.broker.partition("t", 0)
+    assert partition.log_end_offset == partition.high_watermark == 2
+    assert produce(driver, "t", 0, batch([b"d"])).base_offset == 2

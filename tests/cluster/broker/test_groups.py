@@ -1,0 +1,169 @@
+"""The classic group protocol through the sans-I/O core, with virtual time: joins,
+generations, sync, heartbeats, session expiry, leave, commit fencing, and offsets that
+survive a restart by replaying __consumer_offsets."""
+
+from __future__ import annotations
+
+import datetime
+
+from kio.schema.errors import ErrorCode
+
+from cluster.protocol.versions import ApiKey
+from tests.cluster.broker.core_driver import CoreDriver, Pending
+from tests.cluster.broker.requests import create_topic
+
+SESSION_MS = 6000
+
+
+def join(driver: CoreDriver, member_id: str = "", group: str = "g", protocols=(("range", b"meta"),), version: int = 5) -> Pending:
+    protocol_cls = driver.request_class(ApiKey.JOIN_GROUP, version, "JoinGroupRequestProtocol")
+    return driver.send(
+        ApiKey.JOIN_GROUP, version, group_id=group, session_timeout=datetime.timedelta(milliseconds=SESSION_MS),
+        rebalance_timeout=datetime.timedelta(milliseconds=10_000), member_id=member_id, group_instance_id=None,
+        protocol_type="consumer", protocols=tuple(protocol_cls(name=n, metadata=m) for n, m in protocols),
+    )
+
+
+def sync(driver: CoreDriver, member_id: str, generation: int, assignments: dict[str, bytes] | None = None, group: str = "g") -> Pending:
+    cls = driver.request_class(ApiKey.SYNC_GROUP, 4, "SyncGroupRequestAssignment")
+    return driver.send(ApiKey.SYNC_GROUP, 4, group_id=group, generation_id=generation, member_id=member_id, group_instance_id=None,
+                       assignments=tuple(cls(member_id=m, assignment=a) for m, a in (assignments or {}).items()))
+
+
+def heartbeat(driver: CoreDriver, member_id: str, generation: int, group: str = "g") -> ErrorCode:
+    return driver.call(ApiKey.HEARTBEAT, 4, group_id=group, generation_id=generation, member_id=member_id, group_instance_id=None).error_code
+
+
+def commit(driver: CoreDriver, member_id: str, generation: int, offset: int, topic: str = "t", group: str = "g") -> ErrorCode:
+    topic_cls = driver.request_class(ApiKey.OFFSET_COMMIT, 9, "OffsetCommitRequestTopic")
+    part_cls = driver.request_class(ApiKey.OFFSET_COMMIT, 9, "OffsetCommitRequestPartition")
+    body = driver.call(ApiKey.OFFSET_COMMIT, 9, group_id=group, generation_id_or_member_epoch=generation, member_id=member_id, group_instance_id=None,
+                       topics=(topic_cls(name=topic, partitions=(part_cls(partition_index=0, committed_offset=offset, committed_leader_epoch=0, committed_metadata="m"),)),))
+    return body.topics[0].partitions[0].error_code
+
+
+def fetch_offset(driver: CoreDriver, topic: str = "t", group: str = "g", version: int = 9) -> int:
+    if version >= 8:
+        group_cls = driver.request_class(ApiKey.OFFSET_FETCH, version, "OffsetFetchRequestGroup")
+        topics_cls = driver.request_class(ApiKey.OFFSET_FETCH, version, "OffsetFetchRequestTopics")
+        body = driver.call(ApiKey.OFFSET_FETCH, version, require_stable=False,
+                           groups=(group_cls(group_id=group, member_id=None, member_epoch=-1, topics=(topics_cls(name=topic, partition_indexes=(0,)),)),))
+        return body.groups[0].topics[0].partitions[0].committed_offset
+    topic_cls = driver.request_class(ApiKey.OFFSET_FETCH, version, "OffsetFetchRequestTopic")
+    body = driver.call(ApiKey.OFFSET_FETCH, version, group_id=group, require_stable=False, topics=(topic_cls(name=topic, partition_indexes=(0,)),))
+    return body.topics[0].partitions[0].committed_offset
+
+
+def _form_group_of_two(driver: CoreDriver) -> tuple[str, str, int]:
+    first = join(driver)
+    assert first.done  # no initial delay configured: a lone member completes at once
+    a = first.body.member_id
+    assert first.body.generation_id == 1 and first.body.leader == a
+    sync(driver, a, 1, {a: b"all"})
+    assert heartbeat(driver, a, 1) is ErrorCode.none
+    second = join(driver)
+    assert not second.done  # parked until the existing member rejoins
+    assert heartbeat(driver, a, 1) is ErrorCode.rebalance_in_progress
+    rejoin = join(driver, a)
+    assert rejoin.done and second.done
+    b = second.body.member_id
+    assert rejoin.body.generation_id == second.body.generation_id == 2
+    assert rejoin.body.leader == a and {m.member_id for m in rejoin.body.members} == {a, b}
+    assert second.body.members == ()
+    follower_sync = sync(driver, b, 2)
+    assert not follower_sync.done
+    leader_sync = sync(driver, a, 2, {a: b"p0", b: b"p1"})
+    assert leader_sync.body.assignment == b"p0" and follower_sync.body.assignment == b"p1"
+    return a, b, 2
+
+
+def test_two_members_form_a_generation_and_get_their_assignments() -> None:
+    driver = CoreDriver()
+    a, b, generation = _form_group_of_two(driver)
+    assert heartbeat(driver, a, generation) is ErrorCode.none
+    assert heartbeat(driver, b, generation - 1) is ErrorCode.illegal_generation
+    assert heartbeat(driver, "stranger", generation) is ErrorCode.unknown_member_id
+
+
+def test_session_expiry_removes_a_silent_member_and_rebalances() -> None:
+    driver = CoreDriver()
+    a, b, generation = _form_group_of_two(driver)
+    for _ in range(4):
+        driver.scheduler.advance(SESSION_MS / 2)
+        assert heartbeat(driver, a, generation) in (ErrorCode.none, ErrorCode.rebalance_in_progress)
+    assert b not in driver.broker.groups.groups["g"].members
+    assert heartbeat(driver, a, generation) is ErrorCode.rebalance_in_progress
+    rejoined = join(driver, a)
+    assert rejoined.done and rejoined.body.generation_id == generation + 1 and len(rejoined.body.members) == 1
+
+
+def test_leave_group_v3_members_array() -> None:
+    driver = CoreDriver()
+    a, b, _ = _form_group_of_two(driver)
+    identity = driver.request_class(ApiKey.LEAVE_GROUP, 4, "MemberIdentity")
+    body = driver.call(ApiKey.LEAVE_GROUP, 4, group_id="g", members=(identity(member_id=b, group_instance_id=None), identity(member_id="ghost", group_instance_id=None)))
+    assert [m.error_code for m in body.members] == [ErrorCode.none, ErrorCode.unknown_member_id]
+    assert list(driver.broker.groups.groups["g"].members) == [a]
+
+
+def test_commits_are_fenced_by_generation_and_member() -> None:
+    driver = CoreDriver()
+    create_topic(driver, "t", 1)
+    a, b, generation = _form_group_of_two(driver)
+    assert commit(driver, a, generation, 10) is ErrorCode.none
+    assert commit(driver, a, generation - 1, 11) is ErrorCode.illegal_generation
+    assert commit(driver, "zombie", generation, 12) is ErrorCode.unknown_member_id
+    assert commit(driver, a, generation, 5, topic="missing") is ErrorCode.unknown_topic_or_partition
+    assert fetch_offset(driver) == 10 and fetch_offset(driver, version=7) == 10
+    assert commit(driver, "", -1, 99, group="standalone") is ErrorCode.none
+    assert commit(driver, "x", 3, 99, group="never-seen") is ErrorCode.illegal_generation
+
+
+def test_offsets_and_generation_survive_restart_and_crash() -> None:
+    driver = CoreDriver({"log.flush.interval.messages": "1"})
+    create_topic(driver, "t", 1)
+    a, _, generation = _form_group_of_two(driver)
+    assert commit(driver, a, generation, 42) is ErrorCode.none
+    driver.restart()
+    assert fetch_offset(driver) == 42
+    assert heartbeat(driver, a, generation) is ErrorCode.unknown_member_id  # members rejoin after a restart
+    fresh = join(driver)
+    assert fresh.body.generation_id == generation + 1  # generations never repeat
+    driver.restart(crash=True)
+    assert fetch_offset(driver) == 42
+
+
+def test_initial_rebalance_delay_gathers_members_into_one_generation() -> None:
+    driver = CoreDriver({"group.initial.rebalance.delay.ms": "3000"})
+    first = join(driver)
+    driver.scheduler.advance(2000)
+    second = join(driver)  # arrives within the delay and extends it to 2000 + 3000 ms
+    driver.scheduler.advance(2999)
+    assert not first.done and not second.done
+    driver.scheduler.advance(1)
+    assert first.done and second.done
+    assert first.body.generation_id == second.body.generation_id == 1
+
+
+def test_describe_and_list_groups() -> None:
+    driver = CoreDriver()
+    a, b, _ = _form_group_of_two(driver)
+    described = driver.call(ApiKey.DESCRIBE_GROUPS, 5, groups=("g", "unknown"), include_authorized_operations=False).groups
+    assert described[0].group_state == "Stable" and described[0].protocol_data == "range"
+    assert {m.member_id for m in described[0].members} == {a, b}
+    assert described[1].group_state == "Dead"
+    listed = driver.call(ApiKey.LIST_GROUPS, 4, states_filter=()).groups
+    assert [(g.group_id, g.group_state) for g in listed] == [("g", "Stable")]
+
+
+def test_join_rejects_bad_session_timeouts_and_inconsistent_protocols() -> None:
+    driver = CoreDriver()
+    first = join(driver)
+    assert first.body.error_code is ErrorCode.none
+    other = join(driver, protocols=(("roundrobin", b""),))
+    assert other.body.error_code is ErrorCode.inconsistent_group_protocol
+    protocol_cls = driver.request_class(ApiKey.JOIN_GROUP, 5, "JoinGroupRequestProtocol")
+    short = driver.call(ApiKey.JOIN_GROUP, 5, group_id="h", session_timeout=datetime.timedelta(milliseconds=10),
+                        rebalance_timeout=datetime.timedelta(seconds=1), member_id="", group_instance_id=None,
+                        protocol_type="consumer", protocols=(protocol_cls(name="range", metadata=b""),))
+    assert short.error_code is ErrorCode.invalid_session_timeout

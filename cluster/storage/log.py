@@ -164,7 +164,8 @@ class PartitionLog:
         self._bases = [s.base_offset for s in self._segments]
         self._size_bytes = sum(s.size_bytes for s in self._segments)
         self._log_start_offset = max(self._segments[0].base_offset, log_start_checkpoint or 0)
-        if self._log_start_offset > self.log_end_offset:
+        restarted_empty = self._log_start_offset > self.log_end_offset
+        if restarted_empty:
             # A crash lost data the log start had already moved past: start empty there, so
             # the log start never moves backwards.
             rebuilt.append(f"log start {self._log_start_offset} is past the recovered end {self.log_end_offset}; log restarted empty there")
@@ -179,10 +180,14 @@ class PartitionLog:
         self._write_recovery_point()
 
         leo = self.log_end_offset
-        if epochs_trusted:
+        if restarted_empty:
+            self.epochs.clear()  # as truncate_fully_and_start_at does
+        elif epochs_trusted:
             self.epochs.truncate_from_end(leo)
+            # The checkpoint is rewritten before each new epoch's first batch is stored, so
+            # it already knows every epoch; this only covers a checkpoint older than its log.
             for epoch, start_offset in scanned_epochs:
-                if start_offset < leo:
+                if self._log_start_offset <= start_offset < leo:
                     self.epochs.assign(epoch, start_offset)
         else:
             self.epochs.replace(self._epoch_starts_from_headers())

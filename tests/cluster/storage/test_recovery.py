@@ -236,3 +236,22 @@ def test_sigkill_of_a_real_process(tmp_path, mode, survivors):
         log.close()
     finally:
         disk.close()
+
+
+def test_crash_below_a_moved_log_start_restarts_the_log_empty_there():
+    disk = MemoryDisk()
+    config = LogConfig(retention_ms=None)
+    log = PartitionLog.open(disk, "/p", config, now_ms=0)
+    for i in range(10):
+        log.append(make_batch(i, body_size=20, epoch=1), now_ms=0)
+        if i == 3:
+            log.flush()
+    log.delete_records_before(8)  # the log start is checkpointed at once; offsets 4.. are not
+    disk.crash()
+    reopened = PartitionLog.open(disk, "/p", config, now_ms=0)
+    assert (reopened.log_start_offset, reopened.log_end_offset) == (8, 8)
+    assert reopened.read(8, 100) == [] and reopened.epochs.entries() == []
+    assert any("log start 8 is past the recovered end 4" in note for note in reopened.recovery.rebuilt)
+    reopened.append(make_batch(8, epoch=2), now_ms=0)
+    assert reopened.epochs.entries() == [(2, 8)]
+    reopened.close()

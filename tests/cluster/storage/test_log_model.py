@@ -1,0 +1,219 @@
+"""Hypothesis state machine: PartitionLog on a MemoryDisk against a plain list of batches,
+under random appends, reads, truncations, flushes, crashes, restarts and retention."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import hypothesis.strategies as st
+from hypothesis import settings
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from cluster.storage.disk import MemoryDisk
+from cluster.storage.log import LogConfig, OffsetOutOfRangeError, PartitionLog
+from tests.cluster.storage.batches import make_batch
+
+DIRECTORY = "/kafka/topic-3"
+
+
+@dataclass(frozen=True)
+class ModelBatch:
+    base_offset: int
+    next_offset: int
+    data: bytes
+
+
+class LogModel(RuleBasedStateMachine):
+    @initialize(
+        segment_bytes=st.integers(200, 3_000),
+        index_interval_bytes=st.integers(0, 500),
+        flush_interval_messages=st.none() | st.integers(1, 30),
+        retention_bytes=st.none() | st.integers(0, 4_000),
+        retention_ms=st.none() | st.integers(0, 2_000),
+    )
+    def start(self, segment_bytes, index_interval_bytes, flush_interval_messages, retention_bytes, retention_ms):
+        self.config = LogConfig(
+            segment_bytes=segment_bytes,
+            index_interval_bytes=index_interval_bytes,
+            flush_interval_messages=flush_interval_messages,
+            retention_bytes=retention_bytes,
+            retention_ms=retention_ms,
+        )
+        self.disk = MemoryDisk()
+        self.now_ms = 0
+        self.log = PartitionLog.open(self.disk, DIRECTORY, self.config, now_ms=self.now_ms)
+        self.batches: list[ModelBatch] = []
+        self.log_start = 0
+        self.empty_end = 0  # the log end offset when there are no batches
+        self.flushed_at_least = 0
+        self.epochs: list[tuple[int, int]] = []
+        self.epoch = 0
+
+    # ---- model helpers ----------------------------------------------------------------
+
+    @property
+    def end(self) -> int:
+        return self.batches[-1].next_offset if self.batches else self.empty_end
+
+    def visible(self) -> list[ModelBatch]:
+        return [b for b in self.batches if b.next_offset > self.log_start]
+
+    def boundaries(self) -> list[int]:
+        return [b.base_offset for b in self.batches if b.base_offset >= self.log_start] + [self.end]
+
+    def model_truncate_epochs_from_start(self) -> None:
+        covering = [i for i, (_, start) in enumerate(self.epochs) if start <= self.log_start]
+        if covering:
+            i = covering[-1]
+            self.epochs = [(self.epochs[i][0], max(self.epochs[i][1], self.log_start))] + self.epochs[i + 1 :]
+
+    # ---- rules ------------------------------------------------------------------------
+
+    @rule(records=st.integers(1, 5), body_size=st.integers(0, 300), new_epoch=st.booleans(), advance_ms=st.integers(0, 500))
+    def append(self, records, body_size, new_epoch, advance_ms):
+        self.now_ms += advance_ms
+        if new_epoch:
+            self.epoch += 1
+        batch = make_batch(self.end, records, body_size=body_size, epoch=self.epoch, base_timestamp_ms=self.now_ms)
+        header = self.log.append(batch, now_ms=self.now_ms)
+        assert header.base_offset == self.end
+        if not self.epochs or self.epoch > self.epochs[-1][0]:
+            # Kafka's assign: entries that start at or after the new one are dropped.
+            self.epochs = [e for e in self.epochs if e[1] < self.end] + [(self.epoch, self.end)]
+        self.batches.append(ModelBatch(self.end, self.end + records, batch))
+
+    @rule(data=st.data())
+    def read(self, data):
+        fetch = data.draw(st.integers(self.log_start, self.end), label="fetch_offset")
+        max_bytes = data.draw(st.integers(0, 2_500), label="max_bytes")
+        max_offset = data.draw(st.none() | st.integers(fetch, self.end + 3), label="max_offset")
+        bound = self.end if max_offset is None else min(max_offset, self.end)
+        expected, total = [], 0
+        for b in self.batches:
+            if b.next_offset <= fetch:
+                continue
+            if b.base_offset >= bound or (expected and total + len(b.data) > max_bytes):
+                break
+            expected.append(b.data)
+            total += len(b.data)
+        if fetch >= bound:
+            expected = []
+        assert [bytes(x) for x in self.log.read(fetch, max_bytes, max_offset=max_offset)] == expected
+
+    @rule(data=st.data())
+    def read_out_of_range(self, data):
+        offset = data.draw(st.integers(self.end + 1, self.end + 100) | st.integers(-5, self.log_start - 1) if self.log_start > -5 else st.integers(self.end + 1, self.end + 100))
+        if self.log_start <= offset <= self.end:
+            return
+        try:
+            self.log.read(offset, 100)
+        except OffsetOutOfRangeError:
+            return
+        raise AssertionError(f"read({offset}) outside [{self.log_start}, {self.end}] did not raise")
+
+    @rule()
+    def flush(self):
+        self.log.flush()
+        self.flushed_at_least = self.end
+
+    @rule(data=st.data())
+    def truncate(self, data):
+        offset = data.draw(st.sampled_from(self.boundaries()), label="truncate_to")
+        self.log.truncate_to(offset)
+        if offset == self.end:
+            return  # nothing to cut, and the epoch cache is left alone (as in Kafka)
+        self.batches = [b for b in self.batches if b.base_offset < offset]
+        if not self.batches:
+            self.empty_end = offset
+        self.flushed_at_least = min(self.flushed_at_least, offset)
+        self.epochs = [e for e in self.epochs if e[1] < offset]
+        self.epoch = max([self.epoch] + [e for e, _ in self.epochs])
+
+    @rule(data=st.data())
+    def delete_records(self, data):
+        offset = data.draw(st.integers(self.log_start, self.end), label="delete_records_before")
+        self.log.delete_records_before(offset)
+        self.log_start = max(self.log_start, offset)
+        self.model_truncate_epochs_from_start()
+
+    @rule(advance_ms=st.integers(0, 3_000), bound_by_hwm=st.booleans())
+    def retention(self, advance_ms, bound_by_hwm):
+        self.now_ms += advance_ms
+        hwm = self.end if not bound_by_hwm else self.log.recovery_point
+        before = self.log.log_start_offset
+        bases = self.log.segment_base_offsets
+        deleted = self.log.apply_retention(now_ms=self.now_ms, max_offset=hwm)
+        after = self.log.log_start_offset
+        assert after >= before
+        if after != before:
+            # Whole segments went: the new start is where a surviving segment begins.
+            assert after in bases and after <= bases[-1] and after <= hwm
+            assert deleted >= 1
+        self.log_start = after
+        self.model_truncate_epochs_from_start()
+        assert self.log.segment_base_offsets[0] <= self.log_start
+
+    @rule(gap=st.integers(0, 50))
+    def truncate_fully(self, gap):
+        offset = self.end + gap
+        self.log.truncate_fully_and_start_at(offset, now_ms=self.now_ms)
+        self.batches = []
+        self.empty_end = self.log_start = self.flushed_at_least = offset
+        self.epochs = []
+
+    @rule()
+    def crash_and_reopen(self):
+        durable = self.log.recovery_point
+        assert durable >= self.flushed_at_least
+        self.disk.crash()
+        self.log = PartitionLog.open(self.disk, DIRECTORY, self.config, now_ms=self.now_ms)
+        report = self.log.recovery
+        assert report.reason is None and report.truncated_bytes == 0, report
+        survivors = [b for b in self.batches if b.next_offset <= durable]
+        if not survivors and self.batches:
+            self.empty_end = self.batches[0].base_offset
+        self.batches = survivors
+        if self.log_start > self.end:
+            self.batches, self.empty_end, self.epochs = [], self.log_start, []
+        self.after_reopen()
+
+    def after_reopen(self) -> None:
+        # Recovery drops epoch entries that start at or past the recovered end, as Kafka's
+        # truncateFromEnd(logEndOffset) does, then trims them to the log start.
+        self.epochs = [e for e in self.epochs if e[1] < self.end]
+        self.model_truncate_epochs_from_start()
+        self.flushed_at_least = self.end
+
+    @rule()
+    def restart_without_power_loss(self):
+        # The old process is gone but the OS kept its writes: nothing is lost.
+        self.log = PartitionLog.open(self.disk, DIRECTORY, self.config, now_ms=self.now_ms)
+        assert self.log.recovery.reason is None
+        self.after_reopen()
+
+    @rule()
+    def clean_restart(self):
+        self.log.close()
+        self.log = PartitionLog.open(self.disk, DIRECTORY, self.config, now_ms=self.now_ms)
+        assert self.log.recovery.reason is None and self.log.recovery.truncated_bytes == 0
+        assert self.log.recovery_point == self.end
+        self.after_reopen()
+
+    # ---- invariants -------------------------------------------------------------------
+
+    @invariant()
+    def matches_the_model(self):
+        if not hasattr(self, "log"):
+            return
+        log = self.log
+        assert (log.log_start_offset, log.log_end_offset) == (self.log_start, self.end)
+        assert self.flushed_at_least <= log.recovery_point <= self.end
+        assert log.epochs.entries() == self.epochs
+        visible = self.visible()
+        assert [bytes(b) for b in log.read(self.log_start, 10**9)] == [b.data for b in visible]
+        assert [h.base_offset for h in log.batch_headers()] == [b.base_offset for b in visible]
+        assert log.size_bytes >= sum(len(b.data) for b in visible)
+
+
+LogModel.TestCase.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)
+TestLogModel = LogModel.TestCase

@@ -85,8 +85,8 @@ class DeliveryOptions:
         self.batch_size = option(raw, "batch_size", 100, int, check=lambda v: v >= 1, expect="must be ≥ 1")
         self.poll_ms = option(raw, "poll_ms", 100, int, check=lambda v: v >= 0, expect="must be ≥ 0")
         self.topic = option(raw, "topic", "delivery", str,
-                            check=lambda v: bool(v) and all(c.isalnum() or c in "._-" for c in v) and not v[-1].isdigit(),
-                            expect="must be letters, digits, . _ - and not end in a digit")
+                            check=lambda v: bool(v) and all(c.isalnum() or c in "._-" for c in v),
+                            expect="must be letters, digits, . _ -")
         known = {"commit_mode", "partitions", "replication_factor", "producers", "crash_p", "batch_size", "poll_ms", "topic"}
         unknown = sorted(set(raw) - known)
         if unknown:
@@ -103,9 +103,9 @@ def producer_ops(seed: int, thread: int, concurrency: int, opts: DeliveryOptions
         yield Invocation(f="send", value=[["send", key, value]])
 
 
-def consumer_step(mode: str) -> list[Invocation]:
+def consumer_step(mode: str, group: str) -> list[Invocation]:
     process = Invocation(f="process", value=None)
-    commit = Invocation(f="commit", value=None, extra={"group": GROUP})
+    commit = Invocation(f="commit", value=None, extra={"group": group})
     if mode == "after":
         return [process, commit]
     if mode == "before":
@@ -113,9 +113,9 @@ def consumer_step(mode: str) -> list[Invocation]:
     return [process]
 
 
-def consumer_ops(seed: int, thread: int, opts: DeliveryOptions, *, crashes: bool) -> Iterator[Invocation]:
+def consumer_ops(seed: int, thread: int, opts: DeliveryOptions, group: str, *, crashes: bool) -> Iterator[Invocation]:
     rng = random.Random(derive_seed(seed, "delivery", "consumer", thread))
-    step = consumer_step(opts.commit_mode)
+    step = consumer_step(opts.commit_mode, group)
     while True:
         for op in step:
             # A crash may fall between any two steps: between processing and committing
@@ -183,16 +183,17 @@ def build(spec: RunSpec, bootstrap_servers: str) -> Workload:
     observer = DeliveryObserver()
     seed, concurrency = spec.seed, spec.concurrency
     client_config = dict(spec.client_config)
+    group = client_config.get("group.id", GROUP)
 
     def main_thread(thread: int) -> Generator:
         if thread < opts.producers:
             return Stream(producer_ops(seed, thread, concurrency, opts))
-        return Stream(consumer_ops(seed, thread, opts, crashes=True))
+        return Stream(consumer_ops(seed, thread, opts, group, crashes=True))
 
     def final_thread(thread: int) -> Generator | None:
         if thread < opts.producers:
             return None
-        return Stream(consumer_ops(seed, thread, opts, crashes=False))
+        return Stream(consumer_ops(seed, thread, opts, group, crashes=False))
 
     def topics() -> TopicCreator:
         return TopicCreator(bootstrap_servers, client_config, opts.partitions, opts.replication_factor)

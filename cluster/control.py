@@ -1,0 +1,322 @@
+"""The control API: the only door the nemeses use into the bundled cluster.
+
+`ClusterControl` wraps a running `LocalCluster` (or anything with the same per-broker
+interface: `brokers[i].pid/host/port/data_dir/log_path` and `kill/start/stop/pause/resume/
+is_alive(i)`) and adds what fault injection needs on top: the leader of each topic-partition
+read over the Kafka protocol, per-broker wall-clock offsets, and cleanup of what libfaketime
+leaves behind.
+
+Clock skew works through `BrokerClocks`: each broker runs with the PyPI libfaketime build
+preloaded and reads its offset from its own timestamp file, so the cluster must be started
+with `extra_env=clocks.extra_env`:
+
+    clocks = BrokerClocks(run_dir / "clocks")
+    with LocalCluster(3, extra_env=clocks.extra_env) as cluster:
+        control = ClusterControl(cluster, clocks)
+        control.set_clock_offset(1, +30.0)      # broker 1's time.time() is 30 s ahead
+        ...
+    control.close()                             # removes libfaketime's shm files
+
+Monotonic time is never faked (DONT_FAKE_MONOTONIC=1): the broker's timers keep running on
+real time and only its wall-clock logic sees the skew, like Jepsen's settimeofday nemesis.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import re
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from cluster.protocol.client import ProtocolClientError, WireClient
+from cluster.protocol.versions import ApiKey
+
+SHM_DIR = "/dev/shm"
+METADATA_VERSION = 12
+_CLOCK_OFFSET_RE = re.compile(r"^[+-]\d+(\.\d+)?$")
+
+
+class ControlError(RuntimeError):
+    """The control API cannot do what was asked; the message says why."""
+
+
+@dataclass(frozen=True, order=True)
+class TopicPartition:
+    topic: str
+    partition: int
+
+
+class BrokerHandle(Protocol):
+    broker_id: int
+    host: str
+    port: int
+    data_dir: str
+    log_path: str
+    pid: int | None
+
+
+class ManagedCluster(Protocol):
+    """What ClusterControl needs of a cluster launcher (cluster.launcher.LocalCluster has it)."""
+
+    brokers: list  # list[BrokerHandle]
+
+    def kill(self, broker_id: int) -> None: ...
+    def start(self, broker_id: int) -> object: ...
+    def stop(self, broker_id: int) -> object: ...
+    def pause(self, broker_id: int) -> None: ...
+    def resume(self, broker_id: int) -> None: ...
+    def is_alive(self, broker_id: int) -> bool: ...
+
+
+# -- clocks ---------------------------------------------------------------------------
+
+def faketime_library_path() -> str:
+    """The libfaketime.so.1 shipped inside the PyPI `libfaketime` wheel.
+
+    Debian's build is unusable with Python (time.sleep fails with EINVAL once monotonic is
+    left unfaked), so only the wheel's build is accepted."""
+    spec = importlib.util.find_spec("libfaketime")
+    if spec is None or spec.origin is None:
+        raise ControlError("clock skew needs the PyPI package libfaketime==3.0.1 (pip install libfaketime==3.0.1)")
+    path = os.path.join(os.path.dirname(spec.origin), "vendor", "libfaketime", "src", "libfaketime.so.1")
+    if not os.path.exists(path):
+        raise ControlError(f"the libfaketime package has no bundled library at {path} (only x86-64 Linux wheels ship one)")
+    return path
+
+
+def format_clock_offset(offset_s: float) -> str:
+    """libfaketime's relative timestamp syntax: '+N' or '-N' seconds, fractions allowed."""
+    if not isinstance(offset_s, (int, float)) or isinstance(offset_s, bool) or not math.isfinite(offset_s):
+        raise ValueError(f"clock offset {offset_s!r} must be a finite number of seconds")
+    text = f"{offset_s:+.6f}".rstrip("0").rstrip(".")
+    return "+0" if text in ("+", "-", "+0", "-0") else text
+
+
+def faketime_shm_paths(pid: int, shm_dir: str = SHM_DIR) -> list[str]:
+    """The two POSIX shm entries every process preloaded with libfaketime leaves behind."""
+    return [os.path.join(shm_dir, f"faketime_shm_{pid}"), os.path.join(shm_dir, f"sem.faketime_sem_{pid}")]
+
+
+def remove_faketime_shm(pids: Iterable[int], shm_dir: str = SHM_DIR) -> list[str]:
+    """Delete the libfaketime shm entries of the given (exited) pids; returns what was removed."""
+    removed = []
+    for pid in pids:
+        for path in faketime_shm_paths(pid, shm_dir):
+            try:
+                os.remove(path)
+                removed.append(path)
+            except FileNotFoundError:
+                pass
+    return removed
+
+
+class BrokerClocks:
+    """One libfaketime timestamp file per broker, holding that broker's wall-clock offset.
+
+    Every write is tmp file + os.replace: libfaketime exits the process (status 1) if it
+    ever reads a half-written, unparsable file."""
+
+    def __init__(self, clock_dir: str | os.PathLike[str], *, library_path: str | None = None) -> None:
+        self.clock_dir = Path(clock_dir)
+        self.clock_dir.mkdir(parents=True, exist_ok=True)
+        self.library_path = library_path or faketime_library_path()
+        self._offsets_s: dict[int, float] = {}
+        self._lock = threading.Lock()
+
+    def path(self, broker_id: int) -> Path:
+        return self.clock_dir / f"broker-{broker_id}.faketime"
+
+    def extra_env(self, broker_id: int) -> dict[str, str]:
+        """Environment for broker `broker_id` (LocalCluster's `extra_env` hook)."""
+        if not self.path(broker_id).exists():
+            self.set_offset(broker_id, 0.0)
+        return {
+            "LD_PRELOAD": self.library_path,
+            "DONT_FAKE_MONOTONIC": "1",  # mandatory: with monotonic faked, thread waits hang
+            "FAKETIME_TIMESTAMP_FILE": str(self.path(broker_id)),
+            # Re-read the file on every call, so a bump takes effect on the next clock read
+            # (4.5 µs per time.time(); the broker reads the wall clock a few times per request).
+            "FAKETIME_NO_CACHE": "1",
+            # File timestamps stay real: the storage layer's files are not a wall-clock claim.
+            "NO_FAKE_STAT": "1",
+        }
+
+    def set_offset(self, broker_id: int, offset_s: float) -> str:
+        text = format_clock_offset(offset_s)
+        path = self.path(broker_id)
+        tmp = path.with_name(path.name + ".tmp")
+        with self._lock:
+            tmp.write_text(text + "\n")
+            os.replace(tmp, path)
+            self._offsets_s[broker_id] = float(text)
+        return text
+
+    def offset(self, broker_id: int) -> float:
+        with self._lock:
+            return self._offsets_s.get(broker_id, 0.0)
+
+    def offsets(self) -> dict[int, float]:
+        with self._lock:
+            return dict(self._offsets_s)
+
+
+# -- control --------------------------------------------------------------------------
+
+class ClusterControl:
+    def __init__(self, cluster: ManagedCluster, clocks: BrokerClocks | None = None) -> None:
+        self.cluster = cluster
+        self.clocks = clocks
+        self._pids_seen: set[int] = set()
+        self._lock = threading.RLock()
+        for broker_id in self.broker_ids:
+            self._note_pid(broker_id)
+
+    # addresses and paths
+    @property
+    def broker_ids(self) -> list[int]:
+        return [broker.broker_id for broker in self.cluster.brokers]
+
+    def _broker(self, broker_id: int) -> BrokerHandle:
+        for broker in self.cluster.brokers:
+            if broker.broker_id == broker_id:
+                return broker
+        raise ControlError(f"no broker {broker_id!r}; brokers are {self.broker_ids}")
+
+    def host(self, broker_id: int) -> str:
+        return self._broker(broker_id).host
+
+    def port(self, broker_id: int) -> int:
+        return self._broker(broker_id).port
+
+    def address(self, broker_id: int) -> str:
+        broker = self._broker(broker_id)
+        return f"{broker.host}:{broker.port}"
+
+    def hosts(self) -> dict[int, str]:
+        return {broker_id: self.host(broker_id) for broker_id in self.broker_ids}
+
+    def data_dir(self, broker_id: int) -> str:
+        return self._broker(broker_id).data_dir
+
+    def log_path(self, broker_id: int) -> str:
+        return self._broker(broker_id).log_path
+
+    def pid(self, broker_id: int) -> int | None:
+        pid = self._broker(broker_id).pid
+        if pid is not None:
+            with self._lock:
+                self._pids_seen.add(pid)
+        return pid
+
+    def _note_pid(self, broker_id: int) -> None:
+        self.pid(broker_id)
+
+    # processes
+    def is_alive(self, broker_id: int) -> bool:
+        self._broker(broker_id)
+        return self.cluster.is_alive(broker_id)
+
+    def kill(self, broker_id: int) -> int | None:
+        """SIGKILL the broker and wait until it is gone; returns the pid it had."""
+        pid = self.pid(broker_id)
+        self.cluster.kill(broker_id)
+        if pid is not None:
+            remove_faketime_shm([pid])
+        return pid
+
+    def start(self, broker_id: int) -> int | None:
+        """Start a stopped or killed broker and wait until it answers; returns its new pid."""
+        self._broker(broker_id)
+        self.cluster.start(broker_id)
+        return self.pid(broker_id)
+
+    def pause(self, broker_id: int) -> None:
+        self._broker(broker_id)
+        self.cluster.pause(broker_id)
+
+    def resume(self, broker_id: int) -> None:
+        self._broker(broker_id)
+        self.cluster.resume(broker_id)
+
+    # clocks
+    def _require_clocks(self) -> BrokerClocks:
+        if self.clocks is None:
+            raise ControlError("broker clocks are not under control: start the cluster with "
+                               "extra_env=BrokerClocks(dir).extra_env and pass the clocks to ClusterControl")
+        return self.clocks
+
+    def set_clock_offset(self, broker_id: int, offset_s: float) -> str:
+        """Set broker `broker_id`'s wall clock to real time + offset_s (0 resets it).
+        Returns the offset as written to its timestamp file."""
+        self._broker(broker_id)
+        return self._require_clocks().set_offset(broker_id, offset_s)
+
+    def clock_offset(self, broker_id: int) -> float:
+        self._broker(broker_id)
+        return self._require_clocks().offset(broker_id)
+
+    @property
+    def controls_clocks(self) -> bool:
+        return self.clocks is not None
+
+    # metadata
+    def leaders(self, topics: Iterable[str] | None = None, *, timeout_s: float = 2.0) -> dict[TopicPartition, int]:
+        """Leader broker id of every partition of `topics` (all topics when None), from a
+        Metadata request to the first live broker that answers. Partitions without a leader
+        are left out."""
+        wanted = None if topics is None else [{"name": topic} for topic in topics]
+        errors = []
+        for broker_id in self.broker_ids:
+            if not self.is_alive(broker_id):
+                continue
+            try:
+                with WireClient(self.host(broker_id), self.port(broker_id), timeout_s=timeout_s,
+                                client_id="logquake-control") as client:
+                    metadata = client.request(ApiKey.METADATA, METADATA_VERSION, topics=wanted,
+                                              allow_auto_topic_creation=False,
+                                              include_topic_authorized_operations=False)
+            except (OSError, ProtocolClientError) as error:
+                errors.append(f"broker {broker_id}: {error}")
+                continue
+            result = {}
+            for topic in metadata.topics:
+                if topic.error_code.value != 0 or topic.name is None:
+                    continue
+                for partition in topic.partitions:
+                    if partition.error_code.value == 0 and int(partition.leader_id) >= 0:
+                        result[TopicPartition(topic.name, int(partition.partition_index))] = int(partition.leader_id)
+            return result
+        raise ControlError("no broker answered a Metadata request: " + ("; ".join(errors) or "none is alive"))
+
+    # cleanup
+    @property
+    def pids_seen(self) -> set[int]:
+        with self._lock:
+            return set(self._pids_seen)
+
+    def close(self) -> list[str]:
+        """Remove libfaketime's shm entries of every broker pid seen that has exited
+        (call after the cluster is stopped); returns the paths removed."""
+        for broker_id in self.broker_ids:
+            self._note_pid(broker_id)
+        dead = [pid for pid in self.pids_seen if not _pid_running(pid)]
+        return remove_faketime_shm(dead)
+
+
+def _pid_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -1,0 +1,135 @@
+"""The contract between the harness and the fault packages, and the factory that builds them.
+
+A package is a fault + its seeded schedule + its heal + its plot colour:
+
+    schedule(rng)  pure and seeded: endless alternating {"f": "start-<name>", "value": ...}
+                   / {"f": "stop-<name>", "value": None}. Target choice that does not depend
+                   on live state (which brokers, which topology, how far to move a clock) is
+                   made here, so the same seed gives the same fault schedule.
+    invoke(f, v)   perform one scheduled op; returns what was done (JSON-able), including
+                   any live choice (e.g. which brokers led partitions for 'primaries').
+    heal()         undo every fault of this package; idempotent.
+
+The harness spaces the ops by the nemesis interval and records them as nemesis ops.
+`nemeses.combined.Combined` merges several packages into one schedule with quiet periods.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Protocol
+
+from cluster.control import ClusterControl
+from nemeses.targets import NODE_SPECS, PARTITION_TOPOLOGIES
+
+# Jepsen's perf colours, so reports look familiar to Jepsen users.
+COLORS: dict[str, str] = {
+    "partition": "#E9DCA0",
+    "kill": "#E9A4A0",
+    "pause": "#A0B1E9",
+    "clock": "#A0E9E3",
+}
+PACKAGE_NAMES: tuple[str, ...] = ("kill", "pause", "partition", "clock")
+
+
+class NemesisError(ValueError):
+    """A package cannot be built as asked (unknown name, bad option, missing mechanism)."""
+
+
+class NemesisPackage(Protocol):
+    name: str
+    color: str
+
+    def schedule(self, rng: random.Random) -> Iterator[dict]: ...
+    def invoke(self, f: str, value: Any) -> object: ...
+    def heal(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class NemesisOptions:
+    # Node targets for kill, pause and clock; topologies for partition (nemeses.targets).
+    db_targets: tuple[str, ...] = ("one", "minority", "majority", "all", "primaries")
+    partition_targets: tuple[str, ...] = ("one", "majority", "majorities-ring", "bridge", "one-way", "primaries")
+    # Topics whose leaders 'primaries' means; None: every topic the cluster has.
+    primary_topics: tuple[str, ...] | None = None
+    clock_kinds: tuple[str, ...] = ("bump", "strobe")
+    # Strobe periods are drawn from [2^lo, 2^10) ms. Jepsen goes down to 1 ms; each flip is
+    # a file write in the harness process, so we start at 4 ms to spare a 2-core machine.
+    strobe_min_period_exponent: int = 2
+    # Probability that a round of the combined schedule is quiet (no fault).
+    quiet_probability: float = 0.25
+
+    def __post_init__(self) -> None:
+        for name in ("db_targets", "partition_targets", "clock_kinds"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        if self.primary_topics is not None:
+            object.__setattr__(self, "primary_topics", tuple(self.primary_topics))
+        _check_choices("db_targets", self.db_targets, NODE_SPECS)
+        _check_choices("partition_targets", self.partition_targets, PARTITION_TOPOLOGIES)
+        _check_choices("clock_kinds", self.clock_kinds, ("bump", "strobe"))
+        if not (isinstance(self.strobe_min_period_exponent, int) and 0 <= self.strobe_min_period_exponent < 10):
+            raise NemesisError(f"strobe_min_period_exponent {self.strobe_min_period_exponent!r} must be an int in [0, 10)")
+        if not (0.0 <= self.quiet_probability < 1.0):
+            raise NemesisError(f"quiet_probability {self.quiet_probability!r} must be in [0, 1)")
+
+    @classmethod
+    def from_object(cls, source: object) -> "NemesisOptions":
+        """Options from any object with some same-named attributes (e.g. a RunSpec);
+        the rest keep their defaults."""
+        if isinstance(source, NemesisOptions):
+            return source
+        if source is None:
+            return cls()
+        given = {f.name: getattr(source, f.name) for f in fields(cls) if getattr(source, f.name, None) is not None}
+        return cls(**given)
+
+
+def _check_choices(name: str, chosen: Sequence[str], known: Sequence[str]) -> None:
+    if not chosen:
+        raise NemesisError(f"{name} is empty; choose from: {', '.join(known)}")
+    for value in chosen:
+        if value not in known:
+            raise NemesisError(f"unknown {name} value {value!r}; known: {', '.join(known)}")
+
+
+def build_packages(names: list[str], control: ClusterControl, options: object = None) -> list[NemesisPackage]:
+    """One package per name, in the order given. Fails early, naming the problem, if a
+    package's mechanism is missing (no private namespace for partitions, clocks not under
+    control for clock skew)."""
+    opts = NemesisOptions.from_object(options)
+    if len(set(names)) != len(names):
+        raise NemesisError(f"{names} names a nemesis twice")
+    packages: list[NemesisPackage] = []
+    for name in names:
+        if name == "kill":
+            from nemeses.kill import KillPackage
+            packages.append(KillPackage(control, opts))
+        elif name == "pause":
+            from nemeses.pause import PausePackage
+            packages.append(PausePackage(control, opts))
+        elif name == "partition":
+            from nemeses.partition import PartitionPackage
+            packages.append(PartitionPackage(control, opts))
+        elif name == "clock":
+            from nemeses.clock import ClockPackage
+            packages.append(ClockPackage(control, opts))
+        else:
+            raise NemesisError(f"unknown nemesis {name!r}; known: {', '.join(PACKAGE_NAMES)}")
+    return packages
+
+
+def alternate(start_f: str, stop_f: str, start_values: Iterator[Any]) -> Iterator[dict]:
+    """start, stop, start, stop, ... with the given start values."""
+    for value in start_values:
+        yield {"f": start_f, "value": value}
+        yield {"f": stop_f, "value": None}
+
+
+def live_primaries(control: ClusterControl, topics: Sequence[str] | None) -> tuple[list[int], dict]:
+    """The brokers currently leading a partition of `topics` (all topics when None), and a
+    JSON-able record of what was seen, for the completion."""
+    leaders = control.leaders(topics)
+    seen = {f"{tp.topic}-{tp.partition}": leader for tp, leader in sorted(leaders.items())}
+    return sorted(set(leaders.values())), {"leaders": seen}

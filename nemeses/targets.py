@@ -1,0 +1,150 @@
+"""Which brokers a fault hits, and which directed links a partition cuts (pure, seeded).
+
+Node specs (Jepsen's vocabulary, for kill, pause and clock):
+    one             a random broker
+    minority        floor(n/2) random brokers (at least one)
+    minority-third  floor(n/3) random brokers (at least one)
+    majority        floor(n/2)+1 random brokers
+    all             every broker
+    primaries       the leaders of the topic-partitions: live state, resolved when the
+                    fault is performed and recorded in its completion
+
+Partition topologies (for partition). A topology is a set of directed pairs (src, dst):
+dst drops what src sends. `one_way` pairs drop only data segments (see nemeses.net.nft).
+    one             one random broker isolated from the rest
+    majority        a clean split: floor(n/2) brokers | the rest
+    minority-third  floor(n/3) brokers | the rest
+    majorities-ring brokers on a shuffled ring, each hearing only the majority window centred
+                    on itself: every broker sees a majority, no two see the same one
+    bridge          two halves that cannot talk, plus one broker that talks to both
+    one-way         one random broker's messages to every other broker are lost, while
+                    theirs still reach it
+    primaries       every leader in a component of its own (live state, see above)
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+NODE_SPECS: tuple[str, ...] = ("one", "minority", "minority-third", "majority", "all", "primaries")
+PARTITION_TOPOLOGIES: tuple[str, ...] = ("one", "majority", "minority-third", "majorities-ring", "bridge", "one-way", "primaries")
+LIVE_SPECS = frozenset({"primaries"})
+
+Pair = tuple[int, int]
+
+
+def majority_size(n: int) -> int:
+    return n // 2 + 1
+
+
+def choose_nodes(spec: str, nodes: Sequence[int], rng: random.Random) -> list[int] | None:
+    """The brokers `spec` picks among `nodes`, sorted; None for a live spec (primaries)."""
+    if spec not in NODE_SPECS:
+        raise ValueError(f"unknown node target {spec!r}; known: {', '.join(NODE_SPECS)}")
+    if not nodes:
+        raise ValueError("no brokers to choose from")
+    if spec in LIVE_SPECS:
+        return None
+    ordered = sorted(nodes)
+    n = len(ordered)
+    count = {"one": 1, "minority": max(1, majority_size(n) - 1), "minority-third": max(1, n // 3),
+             "majority": majority_size(n), "all": n}[spec]
+    return sorted(rng.sample(ordered, count))
+
+
+def complete_grudge(components: Iterable[Iterable[int]]) -> set[Pair]:
+    """Every directed pair whose ends are in different components."""
+    groups = [set(c) for c in components]
+    return {(src, dst) for i, a in enumerate(groups) for j, b in enumerate(groups) if i != j
+            for src in a for dst in b}
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A partition: the directed pairs cut, in broker ids."""
+
+    name: str
+    blocked: frozenset[Pair] = frozenset()
+    blocked_data: frozenset[Pair] = frozenset()
+    components: tuple[tuple[int, ...], ...] = ()
+    extra: dict = field(default_factory=dict, compare=False)
+
+    def as_value(self) -> dict:
+        """JSON-able description for the history."""
+        value: dict = {"topology": self.name}
+        if self.components:
+            value["components"] = [list(c) for c in self.components]
+        value.update(self.extra)
+        value["blocked"] = sorted([list(p) for p in self.blocked])
+        if self.blocked_data:
+            value["blocked_data"] = sorted([list(p) for p in self.blocked_data])
+        return value
+
+    @classmethod
+    def from_value(cls, value: dict) -> "Topology":
+        return cls(
+            name=value["topology"],
+            blocked=frozenset((int(s), int(d)) for s, d in value.get("blocked", ())),
+            blocked_data=frozenset((int(s), int(d)) for s, d in value.get("blocked_data", ())),
+            components=tuple(tuple(int(n) for n in c) for c in value.get("components", ())),
+        )
+
+
+def _split(nodes: list[int], size: int) -> tuple[tuple[int, ...], ...]:
+    return tuple(sorted(nodes[:size])), tuple(sorted(nodes[size:]))
+
+
+def components_topology(name: str, components: Sequence[Sequence[int]]) -> Topology:
+    parts = tuple(tuple(sorted(c)) for c in components if c)
+    return Topology(name, blocked=frozenset(complete_grudge(parts)), components=parts)
+
+
+def majorities_ring(ring: Sequence[int]) -> set[Pair]:
+    """Directed grudges for brokers in ring order: each hears only the majority-sized window
+    of ring neighbours centred on itself."""
+    n = len(ring)
+    m = majority_size(n)
+    behind = (m - 1) // 2
+    blocked = set()
+    for i, dst in enumerate(ring):
+        window = {ring[(i + k) % n] for k in range(-behind, m - behind)}
+        blocked |= {(src, dst) for src in ring if src not in window}
+    return blocked
+
+
+def partition_topology(name: str, nodes: Sequence[int], rng: random.Random,
+                       primaries: Iterable[int] | None = None) -> Topology:
+    """The topology `name` over `nodes`. `primaries` is needed (only) for 'primaries'."""
+    if name not in PARTITION_TOPOLOGIES:
+        raise ValueError(f"unknown partition topology {name!r}; known: {', '.join(PARTITION_TOPOLOGIES)}")
+    ordered = sorted(nodes)
+    if len(ordered) < 2 and name != "primaries":
+        return Topology(name, extra={"note": "fewer than two brokers: nothing to partition"})
+    shuffled = list(ordered)
+    rng.shuffle(shuffled)
+    n = len(ordered)
+    if name == "one":
+        return components_topology(name, _split(shuffled, 1))
+    if name == "majority":
+        return components_topology(name, _split(shuffled, n // 2))
+    if name == "minority-third":
+        return components_topology(name, _split(shuffled, max(1, n // 3)))
+    if name == "majorities-ring":
+        return Topology(name, blocked=frozenset(majorities_ring(shuffled)), extra={"ring": shuffled})
+    if name == "bridge":
+        left, right = _split(shuffled, n // 2)
+        bridge = shuffled[n // 2]
+        blocked = {(s, d) for s, d in complete_grudge([left, right]) if bridge not in (s, d)}
+        return Topology(name, blocked=frozenset(blocked), components=(left, right), extra={"bridge": bridge})
+    if name == "one-way":
+        src = shuffled[0]
+        return Topology(name, blocked_data=frozenset((src, dst) for dst in ordered if dst != src),
+                        extra={"from": src})
+    # primaries
+    if primaries is None:
+        raise ValueError("the 'primaries' topology needs the current leaders")
+    leaders = sorted(set(primaries) & set(ordered))
+    rest = [node for node in ordered if node not in leaders]
+    return components_topology(name, [[leader] for leader in leaders] + [rest])

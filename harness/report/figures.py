@@ -27,14 +27,13 @@ from harness.report.opformat import describe_value
 OUTCOME_COLOURS = {"ok": "#6DB6FE", "fail": "#FEB5DA", "info": "#FFAA26", "open": "#FFAA26"}
 OUTCOME_LINE_COLOURS = {"ok": "#2b7bd6", "fail": "#d6338a", "info": "#d98200", "open": "#d98200"}
 _SYMBOLS = ("circle", "square", "diamond", "triangle-up", "cross", "x", "star", "hexagon")
-MAX_LATENCY_POINTS = 8000
+MAX_LATENCY_POINTS = 4000
 MAX_OFFSET_POINTS_PER_SERIES = 400
 MAX_NEVER_READ_MARKERS = 2000
 MAX_PARTITIONS_PLOTTED = 12
 MAX_BUCKETS = 240  # for step plots (unseen)
 MAX_RATE_BUCKETS = 60  # for rates and latency quantiles: enough ops per bucket to mean something
 QUANTILE_LINES_SHOWN_FROM_OPS = 2000  # below this, every point is drawn and the lines are opt-in
-FAULT_LANE_DOMAIN = (0.9, 1.0)
 
 
 @dataclass
@@ -64,23 +63,31 @@ def bucket_width_s(duration_s: float, max_buckets: int = MAX_BUCKETS) -> float:
     return float(np.ceil(duration_s / max_buckets / 3600) * 3600)
 
 
+def _lane_domain(lane_count: int, height_px: int) -> tuple[float, float]:
+    """The part of the plot height the fault lanes take: about 16 px per lane."""
+    fraction = min(0.35, max(0.06, 16 * lane_count / max(height_px - 120, 100)))
+    return 1 - fraction, 1.0
+
+
 def _base_layout(title: str, *, height: int = 420, lanes: list[str] | None = None) -> dict[str, Any]:
     layout: dict[str, Any] = {
         "title": {"text": title, "x": 0, "xanchor": "left", "font": {"size": 15}},
-        "height": height,
-        "margin": {"l": 70, "r": 20, "t": 70, "b": 50},
+        "height": height + (16 * len(lanes) if lanes else 0),
+        "margin": {"l": 70, "r": 20, "t": 60, "b": 30},
         "paper_bgcolor": "white",
         "plot_bgcolor": "white",
-        "font": {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 12, "color": "#222"},
+        "font": {"family": "system-ui, -apple-system, Segoe UI, Roboto, DejaVu Sans, sans-serif", "size": 12, "color": "#222"},
         "hovermode": "closest",
-        "legend": {"orientation": "h", "y": -0.18, "x": 0, "font": {"size": 11}},
-        "xaxis": {"title": {"text": "time since the first operation (s)"}, "gridcolor": "#eee", "zeroline": False},
+        "legend": {"orientation": "h", "y": -0.06, "yanchor": "top", "x": 0, "font": {"size": 11}},
+        # "s" on the ticks instead of an axis title, which a long legend below would overlap
+        "xaxis": {"ticksuffix": " s", "gridcolor": "#eee", "zeroline": False},
         "yaxis": {"gridcolor": "#eee", "zeroline": False},
     }
     if lanes:
-        layout["yaxis"]["domain"] = [0, FAULT_LANE_DOMAIN[0] - 0.03]
+        low, high = _lane_domain(len(lanes), layout["height"])
+        layout["yaxis"]["domain"] = [0, low - 0.03]
         layout["yaxis2"] = {
-            "domain": list(FAULT_LANE_DOMAIN),
+            "domain": [low, high],
             "type": "category",
             "categoryorder": "array",
             "categoryarray": lanes,
@@ -91,8 +98,10 @@ def _base_layout(title: str, *, height: int = 420, lanes: list[str] | None = Non
     return layout
 
 
-def fault_decorations(periods: list[FaultPeriod], *, with_lane: bool = True) -> tuple[list[dict], list[dict], list[str]]:
-    """(shapes, lane traces, lane names): faint bands over the data, and one lane per kind."""
+def fault_decorations(periods: list[FaultPeriod]) -> tuple[list[dict], list[dict], list[str]]:
+    """(shapes, lane traces, lane names): faint bands over the data, and one lane per kind.
+    The bands span the whole plot height ("paper" coordinates); the data's y axis ends below
+    the lanes, and `_finish_bands` trims the bands to it once the layout is known."""
     colours = fault_colours([p.kind for p in periods])
     shapes = [
         {
@@ -102,7 +111,7 @@ def fault_decorations(periods: list[FaultPeriod], *, with_lane: bool = True) -> 
             "x0": period.start_s,
             "x1": period.end_s,
             "y0": 0,
-            "y1": FAULT_LANE_DOMAIN[0] - 0.03 if with_lane else 1,
+            "y1": 1,
             "fillcolor": colours[period.kind],
             "opacity": 0.16,
             "line": {"width": 0},
@@ -111,8 +120,6 @@ def fault_decorations(periods: list[FaultPeriod], *, with_lane: bool = True) -> 
         }
         for period in periods
     ]
-    if not with_lane:
-        return shapes, [], []
     lanes = sorted(colours)
     traces = []
     for kind in lanes:
@@ -143,6 +150,13 @@ def fault_decorations(periods: list[FaultPeriod], *, with_lane: bool = True) -> 
             }
         )
     return shapes, traces, lanes
+
+
+def _with_bands(layout: dict[str, Any], shapes: list[dict]) -> dict[str, Any]:
+    """Put the fault bands in the layout, over the data area only (not the lanes)."""
+    top = layout["yaxis"].get("domain", [0, 1])[1]
+    layout["shapes"] = [{**shape, "y1": top} for shape in shapes]
+    return layout
 
 
 def _sample(indices: np.ndarray, limit: int, rng: np.random.Generator) -> np.ndarray:
@@ -189,7 +203,7 @@ def latency_figure(digest: HistoryDigest) -> FigureSpec:
     data.extend(lane_traces)
     layout = _base_layout("Latency of each operation, by outcome (fault periods shaded)", height=480, lanes=lanes)
     layout["yaxis"].update({"type": "log", "dtick": 1, "title": {"text": "latency (ms, log scale)"}})
-    layout["shapes"] = shapes
+    _with_bands(layout, shapes)
     notes = []
     if len(chosen) < len(completed):
         notes.append(
@@ -268,7 +282,7 @@ def throughput_figure(digest: HistoryDigest) -> FigureSpec:
     layout = _base_layout(f"Throughput: completions per second ({width:g} s buckets)", height=380, lanes=lanes)
     layout["yaxis"]["title"] = {"text": "operations / s"}
     layout["yaxis"]["rangemode"] = "tozero"
-    layout["shapes"] = shapes
+    _with_bands(layout, shapes)
     caption = "Operations completed per second, by function and outcome. A fault that blocks progress shows as a dip inside its band."
     return FigureSpec("throughput", "Throughput", data, layout, [], caption)
 
@@ -354,7 +368,7 @@ def offsets_figure(digest: HistoryDigest) -> FigureSpec:
     data.extend(lane_traces)
     layout = _base_layout("Offsets per partition: acknowledged vs read (✕ = acknowledged, never read)", height=460, lanes=lanes)
     layout["yaxis"]["title"] = {"text": "offset"}
-    layout["shapes"] = shapes
+    _with_bands(layout, shapes)
     if thinned:
         notes.append(
             f"Offset lines are the running maxima, thinned to at most {MAX_OFFSET_POINTS_PER_SERIES} steps per line."
@@ -402,7 +416,7 @@ def unseen_figure(digest: HistoryDigest) -> FigureSpec:
     )
     layout["yaxis"]["title"] = {"text": "unseen writes"}
     layout["yaxis"]["rangemode"] = "tozero"
-    layout["shapes"] = shapes
+    _with_bands(layout, shapes)
     caption = (
         "How many acknowledged writes no poll had returned yet, per partition, stacked. It should fall back to zero "
         "after the final polls; what remains at the end was never read."

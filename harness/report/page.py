@@ -25,6 +25,7 @@ from harness.report.opformat import describe_op
 from harness import store
 
 MAX_WITNESSES_SHOWN = 12
+WITNESSES_OPEN = 3  # the rest of the shown witnesses are folded under "more witnesses"
 TIMELINE_BUDGET_OPS = 2000
 _VERDICT_WORDS = {"valid": "Valid", "invalid": "Invalid", "unknown": "Unknown", "incomplete": "Incomplete"}
 
@@ -226,7 +227,10 @@ def _anomalies(material: RunMaterial) -> str:
             f'<p class="violates">Breaks: {esc(", ".join(anomaly.violates))}</p>' if anomaly.violates and not anomaly.allowed else ""
         )
         shown = min(len(anomaly.witnesses), MAX_WITNESSES_SHOWN)
-        witnesses = "".join(_witness(anomaly, n, kept) for n in range(shown))
+        witnesses = "".join(_witness(anomaly, n, kept) for n in range(min(shown, WITNESSES_OPEN)))
+        if shown > WITNESSES_OPEN:
+            folded = "".join(_witness(anomaly, n, kept) for n in range(WITNESSES_OPEN, shown))
+            witnesses += f"<details><summary>{shown - WITNESSES_OPEN} more witnesses</summary>{folded}</details>"
         more = (
             f'<p class="note">{shown} of {len(anomaly.witnesses)} witnesses shown; all are in results.json.</p>'
             if shown < len(anomaly.witnesses)

@@ -28,6 +28,7 @@ import math
 import os
 import re
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,7 @@ from cluster.protocol.versions import ApiKey
 
 SHM_DIR = "/dev/shm"
 METADATA_VERSION = 12
+SIGNAL_SETTLE_TIMEOUT_S = 5.0
 _CLOCK_OFFSET_RE = re.compile(r"^[+-]\d+(\.\d+)?$")
 
 
@@ -236,12 +238,28 @@ class ClusterControl:
         return self.pid(broker_id)
 
     def pause(self, broker_id: int) -> None:
+        """SIGSTOP, and wait until the kernel has actually stopped the process (signal
+        delivery is asynchronous), so a recorded pause is a real one."""
         self._broker(broker_id)
         self.cluster.pause(broker_id)
+        self._await_state(broker_id, stopped=True)
 
     def resume(self, broker_id: int) -> None:
         self._broker(broker_id)
         self.cluster.resume(broker_id)
+        self._await_state(broker_id, stopped=False)
+
+    def is_paused(self, broker_id: int) -> bool:
+        pid = self.pid(broker_id)
+        return pid is not None and self.is_alive(broker_id) and _process_state(pid) in ("T", "t")
+
+    def _await_state(self, broker_id: int, *, stopped: bool) -> None:
+        deadline = time.monotonic() + SIGNAL_SETTLE_TIMEOUT_S
+        while self.is_alive(broker_id) and self.is_paused(broker_id) != stopped:
+            if time.monotonic() > deadline:
+                raise ControlError(f"broker {broker_id} did not {'stop' if stopped else 'continue'} "
+                                   f"within {SIGNAL_SETTLE_TIMEOUT_S} s of the signal")
+            time.sleep(0.001)
 
     # clocks
     def _require_clocks(self) -> BrokerClocks:
@@ -308,6 +326,15 @@ class ClusterControl:
         return remove_faketime_shm(dead)
 
 
+def _process_state(pid: int) -> str | None:
+    """The one-letter state of /proc/<pid>/stat (R, S, T, Z, ...), None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
 def _pid_running(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -315,8 +342,5 @@ def _pid_running(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    state = _process_state(pid)
+    return state is not None and state != "Z"

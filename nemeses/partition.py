@@ -20,6 +20,20 @@ from nemeses.net.nft import NftError, NftPartitioner
 from nemeses.targets import LIVE_SPECS, Topology, partition_topology
 
 
+def partition_schedule(nodes: list[int], options: NemesisOptions, rng: random.Random) -> Iterator[dict]:
+    """The partition package's schedule over brokers `nodes` (pure: needs no namespace)."""
+
+    def starts() -> Iterator[dict]:
+        while True:
+            name = rng.choice(options.partition_targets)
+            if name in LIVE_SPECS:
+                yield {"topology": name}
+            else:
+                yield partition_topology(name, nodes, rng).as_value()
+
+    return alternate("start-partition", "stop-partition", starts())
+
+
 class PartitionPackage:
     name = "partition"
     color = COLORS["partition"]
@@ -35,17 +49,7 @@ class PartitionPackage:
             raise NemesisError(f"the partition nemesis cannot run: {error}") from None
 
     def schedule(self, rng: random.Random) -> Iterator[dict]:
-        nodes = self.control.broker_ids
-
-        def starts() -> Iterator[dict]:
-            while True:
-                name = rng.choice(self.options.partition_targets)
-                if name in LIVE_SPECS:
-                    yield {"topology": name}
-                else:
-                    yield partition_topology(name, nodes, rng).as_value()
-
-        return alternate("start-partition", "stop-partition", starts())
+        return partition_schedule(self.control.broker_ids, self.options, rng)
 
     def invoke(self, f: str, value: Any) -> object:
         if f == "start-partition":

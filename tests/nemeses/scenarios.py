@@ -1,0 +1,203 @@
+"""Scenarios the mechanism tests run INSIDE a private namespace (through nemeses.net.sandbox):
+
+    python -m tests.nemeses.scenarios NAME
+
+Each starts echo servers, drives the real nemesis packages through ClusterControl, and
+prints what it observed as one JSON line; the pytest side makes the assertions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from cluster.control import BrokerClocks, ClusterControl, faketime_shm_paths
+from nemeses.base import NemesisOptions
+from nemeses.clock import ClockPackage
+from nemeses.kill import KillPackage
+from nemeses.net.nft import NftPartitioner
+from nemeses.net.sandbox import current_netns, inside_private_namespace
+from nemeses.partition import PartitionPackage
+from nemeses.pause import PausePackage
+from nemeses.targets import Topology
+from tests.nemeses.echo_cluster import EchoCluster, ask
+
+UDP_SETTLE_S = 0.3
+
+
+def udp_matrix(control: ClusterControl) -> list[list[int]]:
+    """Directed pairs (src, dst) whose datagram did NOT arrive."""
+    ids = control.broker_ids
+    before = {d: len(json.loads(ask(control.host(d), control.port(d), "heard"))["udp"]) for d in ids}
+    for src in ids:
+        for dst in ids:
+            if src != dst:
+                ask(control.host(src), control.port(src), f"udp {control.host(dst)} {control.port(dst)}")
+    time.sleep(UDP_SETTLE_S)
+    missing = []
+    for dst in ids:
+        heard = json.loads(ask(control.host(dst), control.port(dst), "heard"))["udp"][before[dst]:]
+        for src in ids:
+            if src != dst and control.host(src) not in heard:
+                missing.append([src, dst])
+    return sorted(missing)
+
+
+def dial(control: ClusterControl, src: int, dst: int, timeout_s: float = 1.0) -> str:
+    answer = ask(control.host(src), control.port(src),
+                 f"dial {control.host(dst)} {control.port(dst)} {timeout_s}", timeout_s=timeout_s + 5)
+    return json.loads(answer)["result"]
+
+
+def tcp_matrix(control: ClusterControl, timeout_s: float = 1.0) -> dict[str, str]:
+    pairs = [(s, d) for s in control.broker_ids for d in control.broker_ids if s != d]
+    with ThreadPoolExecutor(len(pairs)) as pool:
+        results = list(pool.map(lambda p: dial(control, p[0], p[1], timeout_s), pairs))
+    return {f"{s}->{d}": r for (s, d), r in zip(pairs, results)}
+
+
+def tcp_heard(control: ClusterControl, node: int) -> list[str]:
+    return json.loads(ask(control.host(node), control.port(node), "heard"))["tcp"]
+
+
+def scenario_partitions() -> dict:
+    """Every seeded topology over 4 servers: exactly its directed pairs are cut (UDP), TCP
+    is cut on every link with a cut in either direction, and heal restores everything."""
+    out: dict = {"inside": inside_private_namespace(), "topologies": {}}
+    with EchoCluster(4) as cluster:
+        control = ClusterControl(cluster)
+        package = PartitionPackage(control, NemesisOptions(partition_targets=("one", "majority", "majorities-ring", "bridge")))
+        import random
+
+        ops = package.schedule(random.Random(7))
+        out["baseline_udp"] = udp_matrix(control)
+        seen = 0
+        while seen < 4:
+            start, stop = next(ops), next(ops)
+            name = start["value"]["topology"]
+            if name in out["topologies"]:
+                continue
+            seen += 1
+            done = package.invoke(start["f"], start["value"])
+            record = {"expected": done["blocked"], "udp": udp_matrix(control), "tcp": tcp_matrix(control),
+                      "kernel": sorted([[a, b] for a, b in package.partitioner.current()[0]])}
+            package.invoke(stop["f"], stop["value"])
+            record["udp_after_heal"] = udp_matrix(control)
+            record["tcp_after_heal"] = tcp_matrix(control)
+            record["hosts"] = {str(k): v for k, v in control.hosts().items()}
+            out["topologies"][name] = record
+    return out
+
+
+def scenario_one_way() -> dict:
+    """One-way from server 0: its messages to the others are lost, theirs reach it."""
+    with EchoCluster(3) as cluster:
+        control = ClusterControl(cluster)
+        package = PartitionPackage(control, NemesisOptions())
+        value = Topology("one-way", blocked_data=frozenset({(0, 1), (0, 2)})).as_value()
+        package.invoke("start-partition", value)
+        heard_by_0_before = len(tcp_heard(control, 0))
+        heard_by_1_before = len(tcp_heard(control, 1))
+        out = {
+            "1->0": dial(control, 1, 0),   # hello arrives at 0, welcome (0 -> 1) is lost
+            "0->1": dial(control, 0, 1),   # hello (0 -> 1) is lost
+            "1->2": dial(control, 1, 2),   # untouched link
+        }
+        out["0_heard_1"] = control.host(1) in tcp_heard(control, 0)[heard_by_0_before:]
+        out["1_heard_0"] = control.host(0) in tcp_heard(control, 1)[heard_by_1_before:]
+        out["udp"] = udp_matrix(control)
+        package.invoke("stop-partition", None)
+        out["after_heal"] = {"1->0": dial(control, 1, 0), "0->1": dial(control, 0, 1)}
+        # A directed full drop: 2 does not hear 0, everything else flows.
+        package.invoke("start-partition", Topology("grudge", blocked=frozenset({(0, 2)})).as_value())
+        out["directed_udp"] = udp_matrix(control)
+        package.invoke("stop-partition", None)
+        out["directed_udp_after_heal"] = udp_matrix(control)
+    return out
+
+
+def scenario_pause() -> dict:
+    with EchoCluster(2) as cluster:
+        control = ClusterControl(cluster)
+        package = PausePackage(control, NemesisOptions())
+        out: dict = {"before": ask(control.host(0), control.port(0), "ping")}
+        out["start"] = package.invoke("start-pause", {"targets": "one", "nodes": [0]})
+        state = open(f"/proc/{control.pid(0)}/stat").read().rsplit(")", 1)[1].split()[0]
+        out["state"] = state
+        try:
+            out["paused"] = ask(control.host(0), control.port(0), "ping", timeout_s=1.0)
+        except TimeoutError:
+            out["paused"] = "timeout"
+        out["other"] = ask(control.host(1), control.port(1), "ping")
+        with ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(ask, control.host(0), control.port(0), "ping", 10.0)
+            time.sleep(0.5)
+            out["pending_done_while_paused"] = pending.done()
+            out["stop"] = package.invoke("stop-pause", None)
+            out["pending_after_resume"] = pending.result()
+        out["after"] = ask(control.host(0), control.port(0), "ping")
+    return out
+
+
+def scenario_kill() -> dict:
+    with EchoCluster(2) as cluster:
+        control = ClusterControl(cluster)
+        package = KillPackage(control, NemesisOptions())
+        address_before = control.address(0)
+        pid_before = control.pid(0)
+        out: dict = {"start": package.invoke("start-kill", {"targets": "one", "nodes": [0]})}
+        out["alive_after_kill"] = control.is_alive(0)
+        out["pid_exists_after_kill"] = os.path.exists(f"/proc/{pid_before}")
+        try:
+            out["while_killed"] = ask(control.host(0), control.port(0), "ping", timeout_s=1.0)
+        except ConnectionRefusedError:
+            out["while_killed"] = "refused"
+        out["other"] = ask(control.host(1), control.port(1), "ping")
+        out["stop"] = package.invoke("stop-kill", None)
+        out["same_address"] = control.address(0) == address_before
+        out["new_pid"] = control.pid(0) != pid_before
+        out["after"] = ask(control.host(0), control.port(0), "ping")
+    return out
+
+
+def scenario_hold() -> dict:
+    """For the SIGKILL test: brokers under libfaketime, a partition in force; print what
+    exists, then wait to be killed."""
+    base = tempfile.mkdtemp(prefix="logquake-hold-")
+    clocks = BrokerClocks(os.path.join(base, "clocks"))
+    cluster = EchoCluster(3, base_dir=base, extra_env=clocks.extra_env).__enter__()
+    control = ClusterControl(cluster, clocks)
+    partitioner = NftPartitioner()
+    partitioner.apply(blocked=[(control.host(0), control.host(1))])
+    for node in control.broker_ids:  # each libfaketime process creates its shm on first clock read
+        ask(control.host(node), control.port(node), "clock")
+    print(json.dumps({
+        "netns": current_netns(),
+        "pids": [control.pid(n) for n in control.broker_ids],
+        "shm": [path for n in control.broker_ids for path in faketime_shm_paths(control.pid(n)) if os.path.exists(path)],
+        "rules": sorted([list(p) for p in partitioner.current()[0]]),
+    }), flush=True)
+    time.sleep(600)
+    return {}
+
+
+SCENARIOS = {
+    "partitions": scenario_partitions,
+    "one_way": scenario_one_way,
+    "pause": scenario_pause,
+    "kill": scenario_kill,
+    "hold": scenario_hold,
+}
+
+
+def main() -> None:
+    result = SCENARIOS[sys.argv[1]]()
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

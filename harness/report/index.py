@@ -29,12 +29,13 @@ def _esc(value: object) -> str:
 
 
 def _anomaly_cell(run: store.RunSummary) -> str:
-    if not run.anomalies and not run.checker_errors:
-        return "—" if run.verdict != "incomplete" else ""
+    seen = [a for a in run.anomalies if a.count > 0]
+    if not seen and not run.checker_errors:
+        return "none" if run.verdict != "incomplete" else ""
     parts = [
         f'<span class="{"allowed" if a.allowed else "bad"}" title="{"allowed" if a.allowed else "breaks a claim"}">'
         f"{_esc(a.name)} {a.count:,}</span>"
-        for a in sorted(run.anomalies, key=lambda a: (a.allowed, a.name))
+        for a in sorted(seen, key=lambda a: (a.allowed, a.name))
     ]
     if run.checker_errors:
         parts.append(f'<span class="bad">{run.checker_errors} checker error(s)</span>')
@@ -46,10 +47,10 @@ def _row(run: store.RunSummary) -> str:
     links = []
     if run.has_report:
         links.append(f'<a href="{base}/report.html"><b>report</b></a>')
-    for name in (store.RESULTS_FILE, store.HISTORY_FILE, store.HARNESS_LOG_FILE):
+    for name, label in ((store.RESULTS_FILE, "results"), (store.HISTORY_FILE, "history"), (store.HARNESS_LOG_FILE, "log")):
         if (run.path / name).exists():
-            links.append(f'<a href="{base}/{name}">{name.split(".")[0]}</a>')
-    links.append(f'<a class="served-only" href="{base}.zip">zip</a>')
+            links.append(f'<a href="{base}/{name}">{label}</a>')
+    links.append(f'<a class="served-only" href="{base}.zip" title="download the run directory">zip</a>')
     problems = "".join(f'<div class="problem">{_esc(p)}</div>' for p in run.problems)
     name_cell = f'<a href="{base}/report.html">{_esc(run.name)}</a>' if run.has_report else _esc(run.name)
     return (
@@ -58,9 +59,9 @@ def _row(run: store.RunSummary) -> str:
         f"<td>{name_cell}{problems}</td>"
         f'<td class="mono" title="{_esc(run.timestamp)}">{run.started_at:%Y-%m-%d %H:%M:%S}</td>'
         f"<td>{_esc(run.workload or '')}</td>"
-        f"<td>{_esc(', '.join(run.nemeses))}</td>"
+        f"<td>{_esc(', '.join(run.nemeses) or 'none')}</td>"
         f'<td class="anomaly-counts">{_anomaly_cell(run)}</td>'
-        f"<td>{' · '.join(links)}</td></tr>"
+        f'<td class="links">{"".join(links)}</td></tr>'
     )
 
 

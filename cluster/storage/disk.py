@@ -47,6 +47,12 @@ class Disk(Protocol):
     def read_all(self, path: str) -> bytes: ...
 
 
+class RandomSource(Protocol):
+    """What MemoryDisk needs from a seeded RNG (random.Random fits)."""
+
+    def randint(self, a: int, b: int) -> int: ...
+
+
 class StaleHandleError(OSError):
     """An append handle used after close(), after its file was removed, or after a crash."""
 
@@ -367,10 +373,18 @@ class MemoryDisk:
     def read_all(self, path: str) -> bytes:
         return bytes(self._file(path).data)
 
-    def crash(self) -> None:
-        """Power loss: every byte not fsynced is gone; every open handle becomes invalid."""
+    def crash(self, *, torn_writes: RandomSource | None = None) -> None:
+        """Power loss: every byte not fsynced is gone; every open handle becomes invalid.
+
+        With `torn_writes` (a seeded random source), each file instead keeps a random part
+        of its unsynced tail, cut at any byte: writes the device had begun but not finished,
+        as a real power cut can leave them. Recovery must then cut the torn batch."""
         for file in self._files.values():
-            del file.data[file.durable_size :]
+            keep = file.durable_size
+            if torn_writes is not None and len(file.data) > keep:
+                keep += torn_writes.randint(0, len(file.data) - keep)
+            del file.data[keep:]
+            file.durable_size = keep
         self._generation += 1
 
     def unflushed_bytes(self) -> int:

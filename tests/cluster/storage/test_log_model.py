@@ -161,20 +161,35 @@ class LogModel(RuleBasedStateMachine):
         self.empty_end = self.log_start = self.flushed_at_least = offset
         self.epochs = []
 
-    @rule()
-    def crash_and_reopen(self):
+    @rule(torn=st.none() | st.randoms(use_true_random=False))
+    def crash_and_reopen(self, torn):
         durable = self.log.recovery_point
         assert durable >= self.flushed_at_least
-        self.disk.crash()
+        self.disk.crash(torn_writes=torn)
         self.log = PartitionLog.open(self.disk, DIRECTORY, self.config, now_ms=self.now_ms)
         report = self.log.recovery
-        assert report.reason is None and report.truncated_bytes == 0, report
-        survivors = [b for b in self.batches if b.next_offset <= durable]
-        if not survivors and self.batches:
-            self.empty_end = self.batches[0].base_offset
-        self.batches = survivors
-        if self.log_start > self.end:
+        if torn is None:
+            # Exactly the fsynced prefix survives, cut cleanly at a batch boundary.
+            assert report.reason is None and report.truncated_bytes == 0, report
+            recovered_end = max([b.next_offset for b in self.batches if b.next_offset <= durable], default=self.batches[0].base_offset if self.batches else self.empty_end)
+        else:
+            # A torn tail may keep some unsynced batches whole; the torn one is cut.
+            assert (report.reason is None) == (report.truncated_bytes == 0), report
+            recovered_end = None
+        restarted_empty = any("restarted empty" in note for note in report.rebuilt)
+        if restarted_empty:
+            assert recovered_end is None or recovered_end < self.log_start
             self.batches, self.empty_end, self.epochs = [], self.log_start, []
+        else:
+            if recovered_end is None:
+                recovered_end = self.log.log_end_offset
+                assert recovered_end >= durable
+            assert recovered_end >= self.log_start
+            survivors = [b for b in self.batches if b.next_offset <= recovered_end]
+            if not survivors and self.batches:
+                self.empty_end = self.batches[0].base_offset
+            self.batches = survivors
+            assert self.end == recovered_end
         self.after_reopen()
 
     def after_reopen(self) -> None:

@@ -255,3 +255,27 @@ def test_crash_below_a_moved_log_start_restarts_the_log_empty_there():
     reopened.append(make_batch(8, epoch=2), now_ms=0)
     assert reopened.epochs.entries() == [(2, 8)]
     reopened.close()
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_torn_writes_on_power_loss_are_cut(seed):
+    import random
+
+    disk = MemoryDisk()
+    config = LogConfig(retention_ms=None, index_interval_bytes=100)
+    log = PartitionLog.open(disk, "/p", config, now_ms=0)
+    batches = [make_batch(i, body_size=150) for i in range(12)]
+    for i, batch in enumerate(batches):
+        log.append(batch, now_ms=0)
+        if i == 4:
+            log.flush()
+    disk.crash(torn_writes=random.Random(seed))
+    reopened = PartitionLog.open(disk, "/p", config, now_ms=0)
+    survivors = reopened.log_end_offset
+    assert 5 <= survivors <= 12
+    assert [bytes(b) for b in reopened.read(0, 10**9)] == batches[:survivors]
+    report = reopened.recovery
+    if report.truncated_bytes:
+        assert report.reason is not None and f"at offset {survivors}" in report.reason
+    reopened.append(make_batch(survivors), now_ms=0)
+    reopened.close()

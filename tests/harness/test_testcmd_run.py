@@ -1,0 +1,120 @@
+"""`logquake test` end to end on the bundled cluster: a real run, and an interrupted one."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.history import read_history
+
+PROJECT = Path(__file__).resolve().parents[2]
+
+
+def logquake_test(*argv, results):
+    return [sys.executable, "-m", "harness.testcmd", *argv, "--results-dir", str(results)]
+
+
+def assert_complete(ops):
+    """Dense indices; every invocation has exactly one completion by the same process."""
+    assert [op.index for op in ops] == list(range(len(ops)))
+    open_ops = {}
+    for op in ops:
+        first_of_nemesis_pair = op.process == "nemesis" and "nemesis" not in open_ops
+        if op.type == "invoke" or first_of_nemesis_pair:
+            assert op.process not in open_ops
+            open_ops[op.process] = op
+        else:
+            assert open_ops.pop(op.process).f == op.f
+    assert open_ops == {}
+
+
+def only_run_dir(results):
+    from harness.store import find_runs
+
+    runs = find_runs(results)
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def broker_pids(run_dir):
+    pids = []
+    for ready in (run_dir / "cluster").glob("*.ready"):
+        pids.append(json.loads(ready.read_text())["pid"])
+    return pids
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is dead for our purposes
+    status = Path(f"/proc/{pid}/status")
+    return status.exists() and "State:\tZ" not in status.read_text()
+
+
+@pytest.mark.slow
+def test_a_short_queue_run_records_a_complete_history_and_ends_with_a_verdict(tmp_path):
+    results = tmp_path / "results"
+    out = subprocess.run(logquake_test("--workload", "queue", "--time-limit", "10", "--seed", "1234",
+                                       "--quiet-period", "1", "--final-time-limit", "30", results=results),
+                         capture_output=True, text=True, timeout=900, cwd=PROJECT)
+    lines = out.stdout.strip().splitlines()
+    assert lines[0].startswith("logquake test: seed 1234; reproduce with: logquake test --workload queue"), out.stdout
+    assert lines[-1] == lines[0]
+    run_dir = only_run_dir(results)
+    spec = json.loads((run_dir / "spec.json").read_text())
+    for field in ("name", "workload", "workload_options", "nemeses", "nemesis_interval_s", "seed", "time_limit_s",
+                  "concurrency", "rate_hz", "brokers", "bootstrap_servers", "client_config", "cluster_config",
+                  "command"):
+        assert field in spec
+    assert spec["seed"] == 1234 and spec["command"] in lines[0]
+    ops = read_history(run_dir / "history.jsonl", allow_torn_tail=False)
+    assert_complete(ops)
+    assert {op.f for op in ops} >= {"send", "poll", "assign", "crash"}
+    assert sum(1 for op in ops if op.f == "send" and op.type == "ok") > 100
+    assert (run_dir / "broker-0.log").exists() or (run_dir / "cluster" / "broker-0.log").exists()
+    # The checkers have landed: the run ends with their verdict, and with no faults it is valid.
+    verdict = json.loads((run_dir / "results.json").read_text())
+    assert out.returncode == {True: 0, False: 1, "unknown": 2}[verdict["valid"]]
+    assert verdict["valid"] is True, json.dumps(verdict, indent=1)[:3000]
+    assert (results / "latest").resolve() == run_dir.resolve()
+    for pid in broker_pids(run_dir):
+        assert not alive(pid)
+
+
+def test_sigint_heals_tears_down_and_keeps_the_history(tmp_path):
+    results = tmp_path / "results"
+    proc = subprocess.Popen(logquake_test("--workload", "queue", "--time-limit", "120", "--seed", "5", results=results),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=PROJECT)
+    try:
+        deadline = time.monotonic() + 120
+        history = None
+        while time.monotonic() < deadline:
+            found = [p for p in results.glob("*/*/history.jsonl") if "latest" not in p.parts]
+            if found and found[0].stat().st_size > 20_000:
+                history = found[0]
+                break
+            time.sleep(0.2)
+        assert history is not None, "the run never got going"
+        run_dir = history.parent
+        pids = broker_pids(run_dir)
+        assert pids and all(alive(pid) for pid in pids)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, stderr[-2000:]
+    assert "SIGINT: stopping" in stderr
+    assert stdout.strip().splitlines()[-1].startswith("logquake test: seed 5; reproduce with:")
+    assert_complete(read_history(history, allow_torn_tail=False))
+    for pid in pids:
+        assert not alive(pid)
+    assert not (run_dir / "results.json").exists()  # no verdict for a run that never finished

@@ -13,6 +13,7 @@ harness/history.py), so "partition" and "key" mean the same thing here.
 from __future__ import annotations
 
 import bisect
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -153,7 +154,10 @@ class _PartitionBuilder:
 
 
 def _hashable(value: object) -> object:
-    return tuple(value) if isinstance(value, list) else value
+    """Values are usually ints; anything else is compared by its JSON text."""
+    if isinstance(value, (int, str, float, type(None))):
+        return value
+    return json.dumps(value, sort_keys=True, default=str)
 
 
 def digest_history(

@@ -295,3 +295,27 @@ def test_logquake_report_on_something_that_is_not_a_run_exits_254(tmp_path, caps
     args = _report_parser().parse_args(["report", str(tmp_path / "nope")])
     assert args.handler(args) == 254
     assert "is not a directory" in capsys.readouterr().err
+
+
+def test_degenerate_histories_still_render(tmp_path):
+    empty = tmp_path / "empty" / "20261122T070000.000000"
+    empty.mkdir(parents=True)
+    (empty / store.HISTORY_FILE).write_text("")
+    html = write_report(empty).read_text()
+    assert 'data-verdict="incomplete"' in html and "spec.json is missing" in html
+    assert "No faults were injected." in html
+
+    odd = tmp_path / "odd" / "20261122T070000.000000"
+    odd.mkdir(parents=True)
+    with HistoryWriter(odd / store.HISTORY_FILE) as writer:
+        writer.append(Op(0, 5, "invoke", 0, "send", [["send", 0, {"payload": [1, 2]}]]))
+        writer.append(Op(1, 9, "ok", 0, "send", [["send", 0, [0, {"payload": [1, 2]}]]]))
+        writer.append(Op(2, 12, "invoke", 1, "poll", [["poll"]]))  # never completes
+        writer.append(Op(3, 20, "ok", 7, "poll", [["poll", {}]]))  # a completion without an invoke
+    html = write_report(odd).read_text()
+    figures = _figures(html)
+    assert "1 invocations never completed in the history" in html
+    never = next(t for t in figures["timeline"]["data"] if t["name"] == "never completed")
+    assert never["y"] == ["p1"]
+    lost = next(t for t in figures["offsets"]["data"] if "never read" in t["name"])
+    assert lost["customdata"] == [[1, '{"payload": [1, 2]}']]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import posixpath
 import shutil
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -112,11 +113,17 @@ class _OsAppendHandle:
 class OsDisk:
     """Real files. See the module docstring for the crash model."""
 
-    def __init__(self, *, lose_unflushed_on_crash: bool = False) -> None:
+    def __init__(self, *, lose_unflushed_on_crash: bool = False, max_cached_read_fds: int = 128) -> None:
+        if max_cached_read_fds < 1:
+            raise ValueError(f"max_cached_read_fds={max_cached_read_fds}: must be >= 1")
         self.lose_unflushed_on_crash = lose_unflushed_on_crash
         # path -> bytes appended but not yet handed to the OS (crash mode only)
         self._pending: dict[str, bytearray] = {}
-        self._read_fds: dict[str, int] = {}
+        # Read descriptors stay open between reads (a fetch is one pread, not open+pread+close),
+        # least recently used first; bounded so that many partitions cannot exhaust the
+        # process's descriptor limit.
+        self._read_fds: OrderedDict[str, int] = OrderedDict()
+        self._max_cached_read_fds = max_cached_read_fds
 
     def exists(self, path: str) -> bool:
         return os.path.exists(path)
@@ -132,9 +139,14 @@ class OsDisk:
 
     def _read_fd(self, path: str) -> int:
         fd = self._read_fds.get(path)
-        if fd is None:
-            fd = os.open(path, os.O_RDONLY)
-            self._read_fds[path] = fd
+        if fd is not None:
+            self._read_fds.move_to_end(path)
+            return fd
+        fd = os.open(path, os.O_RDONLY)
+        self._read_fds[path] = fd
+        while len(self._read_fds) > self._max_cached_read_fds:
+            _, oldest = self._read_fds.popitem(last=False)
+            os.close(oldest)
         return fd
 
     def _forget_read_fd(self, path: str) -> None:

@@ -64,7 +64,10 @@ class Segment:
         self.index = SparseIndex(base_offset)
         self._bytes_since_index_entry = 0
         self._log_handle: AppendHandle | None = None
-        self._index_handle: AppendHandle | None = None
+        # Index entries not yet in the file. They are written when the segment is fsynced,
+        # so an active segment holds one file descriptor, not two; a crash that loses them
+        # only makes recovery scan a little more.
+        self._index_pending = bytearray()
 
     @property
     def name(self) -> str:
@@ -83,12 +86,12 @@ class Segment:
             if disk.exists(path):
                 disk.remove(path)
         segment.open_for_append()
+        disk.open_append(segment.index_path).close()
         return segment
 
     def open_for_append(self) -> None:
         if self._log_handle is None:
             self._log_handle = self._disk.open_append(self.log_path)
-            self._index_handle = self._disk.open_append(self.index_path)
 
     @property
     def is_open_for_append(self) -> bool:
@@ -97,9 +100,16 @@ class Segment:
     def fsync(self) -> None:
         """Make every byte of the segment durable. A segment without append handles was
         fsynced when it was sealed or loaded, so there is nothing to do for it."""
-        if self._log_handle is not None and self._index_handle is not None:
+        if self._log_handle is not None:
             self._log_handle.fsync()
-            self._index_handle.fsync()
+        if self._index_pending:
+            handle = self._disk.open_append(self.index_path)
+            try:
+                handle.write(self._index_pending)
+                handle.fsync()
+            finally:
+                handle.close()
+            self._index_pending.clear()
 
     def fsync_closed(self) -> None:
         """Fsync a segment that has no append handles (after recovery validated it)."""
@@ -116,10 +126,9 @@ class Segment:
         self.close()
 
     def close(self) -> None:
-        for handle in (self._log_handle, self._index_handle):
-            if handle is not None:
-                handle.close()
-        self._log_handle = self._index_handle = None
+        if self._log_handle is not None:
+            self._log_handle.close()
+            self._log_handle = None
 
     def delete(self) -> None:
         self.close()
@@ -133,13 +142,13 @@ class Segment:
         return header.last_offset - self.base_offset <= MAX_RELATIVE_OFFSET
 
     def append(self, batch: memoryview, header: BatchHeader) -> None:
-        if self._log_handle is None or self._index_handle is None:
+        if self._log_handle is None:
             raise RuntimeError(f"segment {self.name} is not open for appending")
         position = self.size_bytes
         self._log_handle.write(batch)
         entry = self._account(header, position)
         if entry is not None:
-            self._index_handle.write(entry)
+            self._index_pending += entry
 
     def _account(self, header: BatchHeader, position: int) -> bytes | None:
         """Update the in-memory state for a batch stored at `position`; returns the encoded
@@ -214,7 +223,11 @@ class Segment:
         self.index.truncate_to_offset(offset)
         self._recompute_from_last_index_entry(position)
         # Rewritten whole rather than cut: the file may hold fewer entries than memory.
+        self._write_whole_index()
+
+    def _write_whole_index(self) -> None:
         self._disk.write_atomic(self.index_path, self.index.encode())
+        self._index_pending.clear()
 
     def _recompute_from_last_index_entry(self, end_position: int) -> None:
         last = self.index.last()
@@ -275,7 +288,7 @@ class Segment:
         index_dirty = full_scan or len(self.index) != entries_before or rebuild_reason is not None
         if problem is not None or index_dirty:
             # Written whole: a rebuilt index replaces whatever was there.
-            self._disk.write_atomic(self.index_path, self.index.encode())
+            self._write_whole_index()
         return LoadResult(batches, problem, file_size - self.size_bytes, rebuild_reason), epoch_starts
 
     def _load_index(self, file_size: int) -> tuple[tuple[int, int, int, int] | None, str | None]:

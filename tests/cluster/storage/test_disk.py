@@ -156,3 +156,42 @@ def test_os_disk_default_mode_writes_through(tmp_path):
     disk.write_atomic(str(tmp_path / "cp"), b"1")
     assert sorted(os.listdir(tmp_path)) == ["cp", "seg.log"]  # no temporary file left
     disk.close()
+
+
+def test_os_disk_bounds_its_cached_read_descriptors(tmp_path):
+    disk = OsDisk(max_cached_read_fds=3)
+    paths = []
+    for i in range(10):
+        path = str(tmp_path / f"f{i}")
+        handle = disk.open_append(path)
+        handle.write(f"file {i}".encode())
+        handle.close()
+        paths.append(path)
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(3):
+        for i, path in enumerate(paths):
+            assert disk.read_all(path) == f"file {i}".encode()
+    assert len(os.listdir("/proc/self/fd")) <= before + 3
+    disk.close()
+    assert len(os.listdir("/proc/self/fd")) <= before
+    with pytest.raises(ValueError):
+        OsDisk(max_cached_read_fds=0)
+
+
+def test_an_active_segment_holds_one_descriptor(tmp_path):
+    from cluster.storage.log import LogConfig, PartitionLog
+    from tests.cluster.storage.batches import make_batch
+
+    disk = OsDisk(max_cached_read_fds=1)
+    before = len(os.listdir("/proc/self/fd"))
+    logs = [PartitionLog.open(disk, str(tmp_path / f"p{i}"), LogConfig(index_interval_bytes=0), now_ms=0) for i in range(20)]
+    for log in logs:
+        for offset in range(5):
+            log.append(make_batch(offset, body_size=50), now_ms=0)
+        log.flush()
+        log.read(0, 100)
+    assert len(os.listdir("/proc/self/fd")) <= before + 20 + 1
+    for log in logs:
+        log.close()
+    disk.close()
+    assert len(os.listdir("/proc/self/fd")) <= before

@@ -28,10 +28,14 @@ import math
 import os
 import re
 import threading
+import uuid
 import time
 from collections.abc import Iterable
+from functools import cache
 from dataclasses import dataclass
 from pathlib import Path
+
+import kio.index
 from typing import Protocol
 
 from cluster.protocol.client import ProtocolClientError, WireClient
@@ -287,7 +291,11 @@ class ClusterControl:
         """Leader broker id of every partition of `topics` (all topics when None), from a
         Metadata request to the first live broker that answers. Partitions without a leader
         are left out."""
-        wanted = None if topics is None else [{"name": topic} for topic in topics]
+        wanted = None
+        if topics is not None:
+            topic_schema = _metadata_request_topic_schema()
+            # topic_id all zeros: look the topic up by name.
+            wanted = tuple(topic_schema(topic_id=uuid.UUID(int=0), name=topic) for topic in topics)
         errors = []
         for broker_id in self.broker_ids:
             if not self.is_alive(broker_id):
@@ -324,6 +332,12 @@ class ClusterControl:
             self._note_pid(broker_id)
         dead = [pid for pid in self.pids_seen if not _pid_running(pid)]
         return remove_faketime_shm(dead)
+
+
+@cache
+def _metadata_request_topic_schema() -> type:
+    request = kio.index.load_request_schema(ApiKey.METADATA, METADATA_VERSION)
+    return request.__dataclass_fields__["topics"].type.__args__[0].__args__[0]
 
 
 def _process_state(pid: int) -> str | None:

@@ -66,6 +66,7 @@ def handle_join_group(broker: Broker, request: Request, client: ClientInfo, repl
         body.protocol_type,
         [(p.name, p.metadata) for p in body.protocols],
         answer,
+        require_known_member_id=version >= 4 and getattr(body, "group_instance_id", None) is None,
     )
 
 

@@ -113,6 +113,8 @@ class Group:
     # While the first rebalance of an empty group is held open, joins do not complete it.
     initial_delay_until_ns: int | None = None
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
+    # Member ids handed out with MEMBER_ID_REQUIRED, expiring after a session timeout.
+    pending_members: dict[str, TimerHandle] = field(default_factory=dict)
 
 
 class GroupCoordinator:
@@ -167,7 +169,11 @@ class GroupCoordinator:
         protocol_type: str,
         protocols: list[tuple[str, bytes]],
         reply: Callable[[JoinResult], None],
+        require_known_member_id: bool = False,
     ) -> None:
+        """`require_known_member_id` (JoinGroup v4+): a first join without a member id is
+        answered MEMBER_ID_REQUIRED with a fresh id, and only a rejoin with that id enters
+        the group, so a client that never comes back leaves no member behind (KIP-394)."""
         if not group_id:
             reply(JoinResult(ErrorCode.invalid_group_id, member_id=member_id))
             return
@@ -185,12 +191,22 @@ class GroupCoordinator:
         if not protocols or not self._protocols_compatible(group, protocol_type, protocols):
             reply(JoinResult(ErrorCode.inconsistent_group_protocol, member_id=member_id))
             return
-        if member_id and member_id not in group.members:
+        if not member_id and require_known_member_id:
+            member_id = f"{client_id or 'member'}-{self._new_uuid_hex()}"
+            group.pending_members[member_id] = self._scheduler.call_later(
+                session_timeout_ms, lambda: group.pending_members.pop(member_id, None)
+            )
+            reply(JoinResult(ErrorCode.member_id_required, member_id=member_id))
+            return
+        pending = group.pending_members.pop(member_id, None) if member_id else None
+        if pending is not None:
+            pending.cancel()
+        elif member_id and member_id not in group.members:
             reply(JoinResult(ErrorCode.unknown_member_id, member_id=member_id))
             return
 
-        if not member_id:
-            member_id = f"{client_id or 'member'}-{self._new_uuid_hex()}"
+        if member_id not in group.members:
+            member_id = member_id or f"{client_id or 'member'}-{self._new_uuid_hex()}"
             member = Member(
                 member_id, group_instance_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms, protocol_type, list(protocols)
             )

@@ -15,13 +15,23 @@ from tests.cluster.broker.requests import create_topic
 SESSION_MS = 6000
 
 
-def join(driver: CoreDriver, member_id: str = "", group: str = "g", protocols=(("range", b"meta"),), version: int = 5) -> Pending:
+def send_join(driver: CoreDriver, member_id: str = "", group: str = "g", protocols=(("range", b"meta"),), version: int = 5) -> Pending:
     protocol_cls = driver.request_class(ApiKey.JOIN_GROUP, version, "JoinGroupRequestProtocol")
     return driver.send(
         ApiKey.JOIN_GROUP, version, group_id=group, session_timeout=datetime.timedelta(milliseconds=SESSION_MS),
         rebalance_timeout=datetime.timedelta(milliseconds=10_000), member_id=member_id, group_instance_id=None,
         protocol_type="consumer", protocols=tuple(protocol_cls(name=n, metadata=m) for n, m in protocols),
     )
+
+
+def join(driver: CoreDriver, member_id: str = "", group: str = "g", protocols=(("range", b"meta"),), version: int = 5) -> Pending:
+    """JoinGroup as librdkafka does it: a new member first learns its id (v4+), then joins."""
+    if not member_id and version >= 4:
+        first = send_join(driver, "", group, protocols, version)
+        if first.body.error_code is not ErrorCode.member_id_required:
+            return first
+        member_id = first.body.member_id
+    return send_join(driver, member_id, group, protocols, version)
 
 
 def sync(driver: CoreDriver, member_id: str, generation: int, assignments: dict[str, bytes] | None = None, group: str = "g") -> Pending:
@@ -167,3 +177,15 @@ def test_join_rejects_bad_session_timeouts_and_inconsistent_protocols() -> None:
                         rebalance_timeout=datetime.timedelta(seconds=1), member_id="", group_instance_id=None,
                         protocol_type="consumer", protocols=(protocol_cls(name="range", metadata=b""),))
     assert short.error_code is ErrorCode.invalid_session_timeout
+
+
+def test_member_id_required_from_v4_and_expiry_of_unused_ids() -> None:
+    driver = CoreDriver()
+    first = send_join(driver)
+    assert first.body.error_code is ErrorCode.member_id_required and first.body.member_id.startswith("tester-")
+    assert driver.broker.groups.groups["g"].members == {}
+    unused = send_join(driver).body.member_id
+    driver.scheduler.advance(SESSION_MS + 1)
+    assert send_join(driver, unused).body.error_code is ErrorCode.unknown_member_id  # never came back: forgotten
+    old_style = send_join(driver, group="v3", version=3)
+    assert old_style.body.error_code is ErrorCode.none and old_style.body.generation_id == 1

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from nemeses.net.sandbox import PROJECT_ROOT, inside_private_namespace, start_in_private_namespace
+from nemeses.net.sandbox import PROJECT_ROOT, inside_private_namespace, probe, start_in_private_namespace
 
 SCENARIO_TIMEOUT_S = 120
 
@@ -181,3 +181,43 @@ def test_nothing_outlives_a_sigkilled_run(victim):
         if netns is not None:
             for pid in processes_in_netns(netns):
                 os.kill(pid, signal.SIGKILL)
+
+
+REEXEC_SCRIPT = """
+import os, signal, sys, time
+from nemeses.net.sandbox import current_netns, ensure_private_namespace, inside_private_namespace
+outer_netns = current_netns()
+ensure_private_namespace()   # re-runs this very command inside, then exits with its status
+def stop(signum, frame):
+    print("stopped by", signum, flush=True)
+    sys.exit(5)
+signal.signal(signal.SIGTERM, stop)
+print("inside", inside_private_namespace(), os.getpid(), flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_command_reexecutes_itself_inside_and_gets_forwarded_signals():
+    assert probe() == "root"
+    process = subprocess.Popen([sys.executable, "-c", REEXEC_SCRIPT], stdout=subprocess.PIPE, text=True,
+                               cwd=PROJECT_ROOT)
+    try:
+        line = process.stdout.readline().split()
+        assert line[:2] == ["inside", "True"]
+        assert int(line[2]) > 1  # the command runs under the namespace's own init
+        os.kill(process.pid, signal.SIGTERM)  # to the outer process, as a user or CI would
+        assert process.wait(timeout=30) == 5
+        assert process.stdout.read().strip() == f"stopped by {int(signal.SIGTERM)}"
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_sandbox_passes_exit_status_and_signal_deaths_through():
+    run = lambda script: subprocess.run([sys.executable, "-m", "nemeses.net.sandbox", "sh", "-c", script],  # noqa: E731
+                                        cwd=PROJECT_ROOT, timeout=60).returncode
+    assert run("exit 7") == 7
+    assert run("kill -9 $$") == 128 + 9
+    assert subprocess.run([sys.executable, "-m", "nemeses.net.sandbox"], cwd=PROJECT_ROOT, capture_output=True,
+                          timeout=60).returncode == 254

@@ -104,66 +104,19 @@ class PartitionLog:
         self._disk.write_atomic(self._path(name), f"{offset}\n".encode("ascii"))
 
     def _recover(self, now_ms: int) -> None:
-        disk, config = self._disk, self.config
-        disk.makedirs(self.directory)
+        self._disk.makedirs(self.directory)
         rebuilt: list[str] = []
-        names = disk.listdir(self.directory)
-        bases = sorted(base for base in map(parse_segment_file_name, names) if base is not None)
-        base_set = set(bases)
-        for name in names:
-            # Leftovers of an interrupted write_atomic, and indexes whose segment was deleted.
-            stem = name.split(".", 1)[0]
-            orphan_index = name.endswith(INDEX_SUFFIX) and stem.isdigit() and int(stem) not in base_set
-            if name.endswith(_TMP_SUFFIX) or orphan_index:
-                disk.remove(self._path(name))
-
+        bases = self._remove_leftovers()
         checkpoint = self._read_offset_file(RECOVERY_POINT_FILE, rebuilt) or 0
-        log_start_checkpoint = self._read_offset_file(LOG_START_OFFSET_FILE, rebuilt)
-        try:
-            self.epochs = LeaderEpochCache.load(disk, self.directory)
-            epochs_trusted = disk.exists(self.epochs.path) or not bases
-            if not epochs_trusted:
-                rebuilt.append("leader-epoch-checkpoint is missing; rebuilt from batch headers")
-        except CorruptCheckpointError as error:
-            self.epochs = LeaderEpochCache(disk, self.directory)
-            epochs_trusted = False
-            rebuilt.append(f"{error}; rebuilt from batch headers")
-
-        batches = truncated = 0
-        reason: str | None = None
-        scanned_epochs: list[tuple[int, int]] = []
-        scanned_segments: list[Segment] = []
-        for i, base in enumerate(bases):
-            segment = Segment(disk, self.directory, base, index_interval_bytes=config.index_interval_bytes, created_ms=now_ms)
-            if reason is not None:
-                truncated += disk.file_size(segment.log_path)
-                segment.delete()
-                continue
-            expected = self._segments[-1].next_offset if self._segments else None
-            if expected is not None and base != expected:
-                reason = f"{segment.name} starts at offset {base}, but the log before it ends at {expected}"
-                truncated += disk.file_size(segment.log_path)
-                segment.delete()
-                continue
-            result, epoch_starts = segment.load(trusted_below=checkpoint)
-            batches += result.batches_scanned
-            scanned_epochs += epoch_starts
-            if segment.next_offset > checkpoint:
-                scanned_segments.append(segment)
-            if result.index_rebuild_reason is not None:
-                rebuilt.append(f"{result.index_rebuild_reason}; rebuilt")
-            if result.problem is not None:
-                reason = result.problem
-                truncated += result.invalid_tail_bytes
-                segment.cut_invalid_tail()
-            self._segments.append(segment)
+        log_start_checkpoint = self._read_offset_file(LOG_START_OFFSET_FILE, rebuilt) or 0
+        epochs_trusted = self._load_epochs(bool(bases), rebuilt)
+        batches, truncated, reason, scanned_epochs, scanned = self._load_segments(bases, checkpoint, now_ms, rebuilt)
 
         if not self._segments:
-            start = log_start_checkpoint or 0
-            self._segments.append(Segment.create(disk, self.directory, start, index_interval_bytes=config.index_interval_bytes, now_ms=now_ms))
+            self._segments.append(self._new_segment(log_start_checkpoint, now_ms))
         self._bases = [s.base_offset for s in self._segments]
         self._size_bytes = sum(s.size_bytes for s in self._segments)
-        self._log_start_offset = max(self._segments[0].base_offset, log_start_checkpoint or 0)
+        self._log_start_offset = max(self._segments[0].base_offset, log_start_checkpoint)
         restarted_empty = self._log_start_offset > self.log_end_offset
         if restarted_empty:
             # A crash lost data the log start had already moved past: start empty there, so
@@ -171,7 +124,8 @@ class PartitionLog:
             rebuilt.append(f"log start {self._log_start_offset} is past the recovered end {self.log_end_offset}; log restarted empty there")
             self._reset_to(self._log_start_offset, now_ms)
 
-        for segment in scanned_segments:
+        # What recovery kept is fsynced before the recovery point says so.
+        for segment in scanned:
             if segment is not self._segments[-1] and segment in self._segments:
                 segment.fsync_closed()
         self._segments[-1].open_for_append()
@@ -194,6 +148,68 @@ class PartitionLog:
         self.epochs.truncate_from_start(self._log_start_offset)
         self._delete_segments_below_log_start()
         self.recovery = RecoveryReport(len(self._segments), batches, truncated, reason, tuple(rebuilt))
+
+    def _remove_leftovers(self) -> list[int]:
+        """Delete leftovers of an interrupted write_atomic and indexes whose segment is gone;
+        returns the base offsets of the segment files, in order."""
+        names = self._disk.listdir(self.directory)
+        bases = sorted(base for base in map(parse_segment_file_name, names) if base is not None)
+        base_set = set(bases)
+        for name in names:
+            stem = name.split(".", 1)[0]
+            orphan_index = name.endswith(INDEX_SUFFIX) and stem.isdigit() and int(stem) not in base_set
+            if name.endswith(_TMP_SUFFIX) or orphan_index:
+                self._disk.remove(self._path(name))
+        return bases
+
+    def _load_epochs(self, have_segments: bool, rebuilt: list[str]) -> bool:
+        """Load the leader-epoch checkpoint; False if it must be rebuilt from the batches."""
+        try:
+            self.epochs = LeaderEpochCache.load(self._disk, self.directory)
+        except CorruptCheckpointError as error:
+            self.epochs = LeaderEpochCache(self._disk, self.directory)
+            rebuilt.append(f"{error}; rebuilt from batch headers")
+            return False
+        if have_segments and not self._disk.exists(self.epochs.path):
+            rebuilt.append("leader-epoch-checkpoint is missing; rebuilt from batch headers")
+            return False
+        return True
+
+    def _load_segments(
+        self, bases: list[int], checkpoint: int, now_ms: int, rebuilt: list[str]
+    ) -> tuple[int, int, str | None, list[tuple[int, int]], list[Segment]]:
+        """Load and validate every segment in order, cutting the log at the first problem
+        and deleting every segment after it. Returns (batches scanned, bytes cut, why,
+        epoch changes seen, segments that hold data past the checkpoint)."""
+        batches = truncated = 0
+        reason: str | None = None
+        scanned_epochs: list[tuple[int, int]] = []
+        scanned: list[Segment] = []
+        for base in bases:
+            segment = Segment(self._disk, self.directory, base, index_interval_bytes=self.config.index_interval_bytes, created_ms=now_ms)
+            expected = self._segments[-1].next_offset if self._segments else base
+            if reason is None and base != expected:
+                reason = f"{segment.name} starts at offset {base}, but the log before it ends at {expected}"
+            if reason is not None:
+                truncated += self._disk.file_size(segment.log_path)
+                segment.delete()
+                continue
+            result, epoch_starts = segment.load(trusted_below=checkpoint)
+            batches += result.batches_scanned
+            scanned_epochs += epoch_starts
+            if segment.next_offset > checkpoint:
+                scanned.append(segment)
+            if result.index_rebuild_reason is not None:
+                rebuilt.append(f"{result.index_rebuild_reason}; rebuilt")
+            if result.problem is not None:
+                reason = result.problem
+                truncated += result.invalid_tail_bytes
+                segment.cut_invalid_tail()
+            self._segments.append(segment)
+        return batches, truncated, reason, scanned_epochs, scanned
+
+    def _new_segment(self, base_offset: int, now_ms: int) -> Segment:
+        return Segment.create(self._disk, self.directory, base_offset, index_interval_bytes=self.config.index_interval_bytes, now_ms=now_ms)
 
     def _epoch_starts_from_headers(self) -> list[tuple[int, int]]:
         starts: list[tuple[int, int]] = []
@@ -285,7 +301,7 @@ class PartitionLog:
         self._recovery_point = old.next_offset
         self._last_flush_ms = now_ms
         self._write_recovery_point()
-        new = Segment.create(self._disk, self.directory, old.next_offset, index_interval_bytes=self.config.index_interval_bytes, now_ms=now_ms)
+        new = self._new_segment(old.next_offset, now_ms)
         self._segments.append(new)
         self._bases.append(new.base_offset)
         return new
@@ -485,7 +501,7 @@ class PartitionLog:
         self._write_offset_file(LOG_START_OFFSET_FILE, offset)
         for segment in self._segments:
             segment.delete()
-        self._segments = [Segment.create(self._disk, self.directory, offset, index_interval_bytes=self.config.index_interval_bytes, now_ms=now_ms)]
+        self._segments = [self._new_segment(offset, now_ms)]
         self._bases = [offset]
         self._size_bytes = 0
 

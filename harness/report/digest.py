@@ -164,15 +164,18 @@ def digest_history(
     path: str | Path,
     *,
     focus_indices: Iterable[int] = (),
+    window_centres: Iterable[int] | None = None,
     timeline_budget_ops: int = 2000,
     context_ops: int = 3,
 ) -> HistoryDigest:
-    """Read a history once. `focus_indices` are the ops to keep in full (the witnesses),
-    most important first: the timeline's windows are centred on the first ten."""
+    """Read a history once. `focus_indices` are the ops to keep in full (the witnesses);
+    the timeline's windows are centred on the first ten `window_centres` (most important
+    first; by default the focus ops themselves)."""
     path = Path(path)
-    focus = [int(i) for i in focus_indices]  # in priority order: windows go to the first ten
+    focus = [int(i) for i in focus_indices]
+    centres = focus if window_centres is None else [int(i) for i in window_centres]
     op_count_estimate = count_lines(path)
-    windows = timeline_windows(focus, op_count_estimate, timeline_budget_ops)
+    windows = timeline_windows(centres, op_count_estimate, timeline_budget_ops)
     window_starts = [w[0] for w in windows]
     keep: set[int] = set()
     for index in focus:

@@ -70,7 +70,9 @@ def load_run(run_dir: Path) -> RunMaterial:
     history_path = run_dir / store.HISTORY_FILE
     if history_path.is_file():
         try:
-            digest = digest_history(history_path, focus_indices=focus, timeline_budget_ops=TIMELINE_BUDGET_OPS)
+            digest = digest_history(
+                history_path, focus_indices=focus, window_centres=_witness_centres(result), timeline_budget_ops=TIMELINE_BUDGET_OPS
+            )
         except HistoryFormatError as exc:
             problems.append(f"history.jsonl is corrupt, so there are no plots: {exc}")
     else:
@@ -78,15 +80,24 @@ def load_run(run_dir: Path) -> RunMaterial:
     return RunMaterial(run_dir, spec, result, digest, problems)
 
 
-def _focus_indices(result: CheckResult | None) -> list[int]:
-    """Witness op indices, most important first: the first witness of each anomaly that
-    breaks a claim, then of the allowed ones, then the rest."""
+def _shown_witnesses(result: CheckResult | None) -> list[list[int]]:
+    """The op indices of each witness the page shows, most important first: the first
+    witness of each anomaly that breaks a claim, then of the allowed ones, then the rest."""
     if result is None:
         return []
     ordered = sorted(result.anomalies, key=lambda a: a.allowed)
-    firsts = [i for a in ordered for w in a.witnesses[:1] for i in w.op_indices]
-    rest = [i for a in ordered for w in a.witnesses[1:MAX_WITNESSES_SHOWN] for i in w.op_indices]
-    return [i for i in firsts + rest if isinstance(i, int)]
+    firsts = [w.op_indices for a in ordered for w in a.witnesses[:1]]
+    rest = [w.op_indices for a in ordered for w in a.witnesses[1:MAX_WITNESSES_SHOWN]]
+    return [[i for i in ops if isinstance(i, int)] for ops in firsts + rest]
+
+
+def _focus_indices(result: CheckResult | None) -> list[int]:
+    return [i for ops in _shown_witnesses(result) for i in ops]
+
+
+def _witness_centres(result: CheckResult | None) -> list[int]:
+    """One timeline window per witness, at its earliest op."""
+    return [min(ops) for ops in _shown_witnesses(result) if ops]
 
 
 # ---- sections -------------------------------------------------------------------------

@@ -97,6 +97,7 @@ class LocalCluster:
         startup_timeout_s: float = 30.0,
         die_with_parent: bool = True,
         seed: int | None = None,
+        ready_probe: Callable[[str, int], None] = probe,
     ) -> None:
         if brokers < 1:
             raise ValueError(f"a cluster needs at least one broker, got {brokers}")
@@ -114,6 +115,8 @@ class LocalCluster:
         self._startup_timeout_s = startup_timeout_s
         self._die_with_parent = die_with_parent
         self._seed = seed
+        # Replaceable for brokers the test process cannot reach directly (e.g. in a netns).
+        self._ready_probe = ready_probe
         self.brokers = [
             BrokerProcess(i, broker_host(i), port, os.path.join(self.base_dir, f"broker-{i}"), os.path.join(self.base_dir, f"broker-{i}.log"))
             for i in range(brokers)
@@ -190,7 +193,7 @@ class LocalCluster:
                 with open(broker.ready_file) as f:
                     broker.port = int(json.load(f)["port"])
                 try:
-                    probe(broker.host, broker.port)
+                    self._ready_probe(broker.host, broker.port)
                     return
                 except (OSError, ProtocolClientError) as error:
                     last_error = str(error)
@@ -226,12 +229,29 @@ class LocalCluster:
         return code
 
     def pause(self, broker_id: int) -> None:
+        """SIGSTOP, returning once the process is actually stopped."""
         self._signal(broker_id, signal.SIGSTOP)
         self._paused.add(broker_id)
+        self._wait_for_state(broker_id, stopped=True)
 
     def resume(self, broker_id: int) -> None:
+        """SIGCONT, returning once the process runs again."""
         self._signal(broker_id, signal.SIGCONT)
         self._paused.discard(broker_id)
+        self._wait_for_state(broker_id, stopped=False)
+
+    def _wait_for_state(self, broker_id: int, stopped: bool, timeout_s: float = 5.0) -> None:
+        pid = self.brokers[broker_id].pid
+        deadline = time.monotonic() + timeout_s
+        while self.is_alive(broker_id) and time.monotonic() < deadline:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    state = f.read().rsplit(") ", 1)[1].split()[0]
+            except OSError:
+                return
+            if (state in ("T", "t")) == stopped:
+                return
+            time.sleep(0.005)
 
     def _reap(self, broker_id: int, timeout_s: float) -> int | None:
         popen = self.brokers[broker_id].popen

@@ -455,18 +455,25 @@ class EachThread(Generator):
     """Every thread gets its own generator, made by `factory(thread)`; each sees only its
     own thread's updates. Exhausted once every thread's generator is."""
 
-    __slots__ = ("factory", "gens")
+    __slots__ = ("factory", "gens", "turn")
 
-    def __init__(self, factory: Callable[[Thread], GeneratorLike], *, _gens: dict | None = None):
+    def __init__(self, factory: Callable[[Thread], GeneratorLike], *, _gens: dict | None = None, _turn: int = 0):
         self.factory = factory
         self.gens: dict[Thread, Generator | None] = _gens if _gens is not None else {}
-
+        # Threads are asked round-robin from `turn`, and the first op already due wins: no
+        # other thread can offer an earlier due time that matters, and asking every thread
+        # for every op made the harness's cost grow with concurrency.
+        self.turn = _turn
 
     def op(self, ctx: Context) -> OpResult:
         best: tuple[int, Invocation, Thread, Generator] | None = None
         gens = self.gens
         copied = False
-        for thread in ctx.free_threads():
+        free = ctx.free_threads()
+        if free:
+            start = self.turn % len(free)
+            free = free[start:] + free[:start]
+        for thread in free:
             if thread in gens:
                 gen = gens[thread]
                 if gen is None:
@@ -487,14 +494,16 @@ class EachThread(Generator):
                 continue
             if best is None or op.time_ns < best[0]:
                 best = (op.time_ns, op, thread, nxt)
+                if op.time_ns <= ctx.time_ns:
+                    break
         if best is None:
             if all(gens.get(t, EMPTY) is None for t in ctx.threads):
                 return None
-            return PENDING, EachThread(self.factory, _gens=gens)
+            return PENDING, EachThread(self.factory, _gens=gens, _turn=self.turn)
         _, op, thread, nxt = best
         gens = dict(gens)
         gens[thread] = nxt
-        return op, EachThread(self.factory, _gens=gens)
+        return op, EachThread(self.factory, _gens=gens, _turn=self.turn + 1)
 
     def update(self, ctx: Context, event: Event) -> Generator:
         thread = ctx.thread_of(event.process)
@@ -505,7 +514,7 @@ class EachThread(Generator):
             return self
         gens = dict(self.gens)
         gens[thread] = gen.update(ctx.only(thread), event)
-        return EachThread(self.factory, _gens=gens)
+        return EachThread(self.factory, _gens=gens, _turn=self.turn)
 
 
 class Map(Generator):

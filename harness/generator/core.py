@@ -69,6 +69,9 @@ class _Pending:
 PENDING = _Pending()
 
 
+_RESTRICTED: dict[tuple, tuple] = {}
+
+
 class Context:
     """What a generator may know about the world when asked for an op. Immutable.
 
@@ -122,7 +125,12 @@ class Context:
         return all(t in free for t in self.threads)
 
     def restrict(self, keep: Callable[[Thread], bool]) -> "Context":
-        threads = tuple(t for t in self.threads if keep(t))
+        key = (keep, self.threads)
+        threads = _RESTRICTED.get(key)
+        if threads is None:
+            threads = tuple(t for t in self.threads if keep(t))
+            if len(_RESTRICTED) < 1024:  # a handful of (filter, thread set) pairs per run
+                _RESTRICTED[key] = threads
         return Context(self.time_ns, threads, self.free.intersection(threads), self.processes, self.concurrency)
 
     def only(self, thread: Thread) -> "Context":

@@ -187,6 +187,19 @@ def _quietly(close: Any, what: str) -> None:
         log.debug("%s close: %s", what, exc)
 
 
+def consume_available(consumer: Consumer, max_records: int, timeout_s: float) -> list[Any]:
+    """Like the Java client's poll: return at once whatever is buffered (up to max_records),
+    and wait up to timeout_s only when nothing is. librdkafka's consume() would instead wait
+    out the whole timeout unless max_records arrive, capping every poll at its timeout."""
+    messages = consumer.consume(num_messages=max_records, timeout=0)
+    if messages:
+        return messages
+    first = consumer.poll(timeout_s)
+    if first is None:
+        return []
+    return [first] + consumer.consume(num_messages=max_records - 1, timeout=0) if max_records > 1 else [first]
+
+
 def records_by_key(messages: list[Any], keys: KeyMap) -> tuple[dict[int, list[list[int]]], Outcome | None]:
     """Group polled messages as {key: [[offset, value], ...]}, in poll order; the first
     message carrying an error becomes the outcome (records before it are kept)."""
@@ -281,7 +294,7 @@ class QueueClient:
         first_offsets: dict[int, int] = {}
         for _ in invocation.value:
             try:
-                messages = consumer.consume(num_messages=self.max_poll_records, timeout=poll_ms / 1000)
+                messages = consume_available(consumer, self.max_poll_records, poll_ms / 1000)
             except (KafkaException, RuntimeError) as exc:
                 outcome = describe(exc)
                 self._rollback(first_offsets)

@@ -9,7 +9,9 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from harness.generator import Completion, Invocation
-from workloads.clients.confluent import KeyMap, Sender, TopicCreator, close_with_timeout, consumer_config
+from workloads.clients.confluent import (
+    KeyMap, Sender, TopicCreator, close_with_timeout, consume_available, consumer_config,
+)
 from workloads.clients.errors import classify, describe
 
 log = logging.getLogger("logquake.client")
@@ -81,7 +83,7 @@ class DeliveryClient:
         return self._consumer
 
     def _poll(self) -> tuple[list[Any], Completion | None]:
-        messages = self._consumer_().consume(num_messages=self.batch_size, timeout=self.poll_ms / 1000)
+        messages = consume_available(self._consumer_(), self.batch_size, self.poll_ms / 1000)
         good = []
         for msg in messages:
             err = msg.error()

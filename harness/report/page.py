@@ -172,8 +172,10 @@ def _verdict(material: RunMaterial) -> str:
 
 
 def _claims(result: CheckResult | None) -> str:
-    if result is None or not result.claims:
-        return '<section id="claims"><h2>Claims</h2><p class="note">No claims recorded (the run has not been checked).</p></section>'
+    if result is None:
+        return '<section id="claims"><h2>Claims</h2><p class="note">Not checked yet, so no claims were tested.</p></section>'
+    if not result.claims:
+        return '<section id="claims"><h2>Claims</h2><p class="note">The checkers recorded no claims.</p></section>'
     broken_by: dict[str, list[str]] = {}
     for anomaly in result.anomalies:
         if not anomaly.allowed:

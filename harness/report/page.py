@@ -337,10 +337,16 @@ def _faults(digest: HistoryDigest | None) -> str:
     )
 
 
-def _config_table(mapping: Any) -> str:
+def _config_table(mapping: Any, overridden: Any = None) -> str:
+    """Settings, one a row; those the user set on the command line are marked."""
     if not isinstance(mapping, dict) or not mapping:
         return '<p class="note">none set</p>'
-    rows = "".join(f"<tr><td class='mono'>{esc(k)}</td><td class='mono'>{esc(v)}</td></tr>" for k, v in sorted(mapping.items()))
+    by_user = overridden if isinstance(overridden, dict) else {}
+    mark = '<span class="tag tag-allowed">set by you</span>'
+    rows = "".join(
+        f"<tr><td class='mono'>{esc(k)}</td><td class='mono'>{esc(v)}</td><td>{mark if k in by_user else ''}</td></tr>"
+        for k, v in sorted(mapping.items())
+    )
     return f"<table><tbody>{rows}</tbody></table>"
 
 
@@ -354,7 +360,7 @@ def _configuration(spec: dict[str, Any] | None) -> str:
         if command
         else '<p class="problem">spec.json has no reproduce command.</p>'
     )
-    main_keys = [k for k in spec if k not in ("client_config", "cluster_config", "command")]
+    main_keys = [k for k in spec if k not in ("client_config", "client_config_overrides", "cluster_config", "command")]
     main_rows = "".join(
         f"<tr><td>{esc(k)}</td><td class='mono'>{esc(v if isinstance(v, str) else json.dumps(v, default=str))}</td></tr>"
         for k in main_keys
@@ -364,7 +370,7 @@ def _configuration(spec: dict[str, Any] | None) -> str:
         '<section id="configuration"><h2>Configuration</h2>'
         f"{command_html}<table><tbody>{main_rows}</tbody></table>"
         '<div class="grid2"><div><h3>Client configuration (librdkafka names)</h3>'
-        f"{_config_table(spec.get('client_config'))}</div>"
+        f"{_config_table(spec.get('client_config'), spec.get('client_config_overrides'))}</div>"
         f"<div><h3>Cluster configuration</h3>{_config_table(spec.get('cluster_config'))}</div></div></section>"
     )
 

@@ -122,6 +122,9 @@ def test_the_configuration_and_the_exact_reproduce_command_are_shown(lost_write_
     _, _, html = lost_write_report
     assert f'<pre class="command" id="reproduce-command">{SPEC_COMMAND}</pre>' in html
     assert "min.insync.replicas" in html and "enable.idempotence" in html
+    # the settings the user chose are marked among the workload's defaults
+    assert re.search(r"<td class='mono'>acks</td><td class='mono'>all</td><td><span[^>]*>set by you</span>", html)
+    assert "<td class='mono'>enable.idempotence</td><td class='mono'>false</td><td></td>" in html
     assert '<a href="brokers/1.log">' in html and '<a href="history.jsonl">' in html
 
 

@@ -153,6 +153,7 @@ def write_spec(run_dir: Path, name: str = "queue-partition-kill", **overrides) -
         "time_limit_s": 6,
         "concurrency": 3,
         "client_config": {"acks": "all", "enable.idempotence": "false"},
+        "client_config_overrides": {"acks": "all"},
         "cluster_config": {"min.insync.replicas": "2", "unclean.leader.election.enable": "false"},
         "command": SPEC_COMMAND,
     }

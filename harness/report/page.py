@@ -209,16 +209,51 @@ def _op_link(index: int, kept: dict[int, Op]) -> str:
     return f'<li><a class="op-link" href="#op-{index}" data-op="{index}">{esc(text)}</a></li>'
 
 
+_RELATION_WORDS = {
+    "ww": "wrote to k{key} just before {b} wrote {value} there (version order)",
+    "wr": "wrote k{key}={value}, which {b} read",
+    "rt": "completed before {b} was invoked (real time)",
+}
+
+
+def _cycle_text(steps: Any) -> str:
+    """Elle-style prose for a dependency cycle: each step says why one op precedes the next."""
+    if not isinstance(steps, list) or not all(isinstance(s, dict) and {"from", "to", "rel"} <= set(s) for s in steps):
+        return ""
+    names = {}
+    for step in steps:
+        for end in (step["from"], step["to"]):
+            names.setdefault(end, f"T{len(names) + 1}")
+    let = ", ".join(
+        f'{names[i]} = <a class="op-link" href="#op-{esc(i)}" data-op="{esc(i)}">#{esc(i)}</a>' for i in names
+    )
+    lines = []
+    for step in steps:
+        words = _RELATION_WORDS.get(step["rel"], "precedes {b} (" + esc(step["rel"]) + ")")
+        lines.append(
+            f"<li>{names[step['from']]} &lt; {names[step['to']]}: {names[step['from']]} "
+            + esc(words.format(key=step.get("key"), value=step.get("value"), b="§")).replace("§", names[step["to"]])
+            + "</li>"
+        )
+    return (
+        f'<p class="cycle">Let {let}.</p><ol class="cycle">{"".join(lines)}</ol>'
+        "<p class=\"cycle\">Each step orders one operation before the next and the last leads back to the first: "
+        "a cycle, so no order of these operations explains what was observed.</p>"
+    )
+
+
 def _witness(anomaly: Anomaly, number: int, kept: dict[int, Op]) -> str:
     witness = anomaly.witnesses[number]
     ops = "".join(_op_link(i, kept) for i in witness.op_indices)
+    cycle = _cycle_text(witness.detail.get("steps"))
     details = "".join(
         f"<dt>{esc(key)}</dt><dd>{esc(value if isinstance(value, str) else json.dumps(value, default=str))}</dd>"
         for key, value in witness.detail.items()
+        if not (key == "steps" and cycle)
     )
     return (
         f'<div class="witness"><b>Witness {number + 1}</b>'
-        f"{f'<ol>{ops}</ol>' if ops else ''}{f'<dl>{details}</dl>' if details else ''}</div>"
+        f"{f'<ol>{ops}</ol>' if ops else ''}{cycle}{f'<dl>{details}</dl>' if details else ''}</div>"
     )
 
 

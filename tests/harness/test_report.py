@@ -330,3 +330,18 @@ def test_degenerate_histories_still_render(tmp_path):
     assert never["y"] == ["p1"]
     lost = next(t for t in figures["offsets"]["data"] if "never read" in t["name"])
     assert lost["customdata"] == [[1, '{"payload": [1, 2]}']]
+
+
+def test_cycle_witnesses_read_like_elle_explanations(tmp_path):
+    run = tmp_path / "txn" / "20261122T070000.000000"
+    write_valid_run(run)
+    steps = [{"from": 3, "to": 9, "rel": "wr", "key": 1, "value": 5}, {"from": 9, "to": 3, "rel": "ww", "key": 2, "value": 7}]
+    CheckResult(
+        valid=False,
+        anomalies=[Anomaly("G1c", 1, False, "a cycle of writes and reads", [Witness([3, 9], {"steps": steps})], ["serializable"])],
+    ).save(run / store.RESULTS_FILE)
+    html = write_report(run).read_text()
+    assert 'Let T1 = <a class="op-link" href="#op-3" data-op="3">#3</a>, T2 = <a class="op-link" href="#op-9" data-op="9">#9</a>.' in html
+    assert "<li>T1 &lt; T2: T1 wrote k1=5, which T2 read</li>" in html
+    assert "<li>T2 &lt; T1: T2 wrote to k2 just before T1 wrote 7 there (version order)</li>" in html
+    assert "<dt>steps</dt>" not in html

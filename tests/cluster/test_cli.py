@@ -34,7 +34,7 @@ def data_dir(tmp_path):
 
 
 def test_start_status_stop(data_dir) -> None:
-    started = _logquake("cluster", "start", "--data-dir", str(data_dir), "--port", "0", "--config", "num.partitions=2")
+    started = _logquake("cluster", "start", "--data-dir", str(data_dir), "--port", "0", "--config", "num.partitions=2", "--config", "offsets.topic.num.partitions=5")
     assert started.returncode == 0, started.stderr
     bootstrap = started.stdout.strip()
     assert bootstrap.startswith("127.0.0.10:")

@@ -22,8 +22,8 @@ from typing import Any, Iterator
 
 from harness import store
 from harness.generator import (
-    Any as AnyOf, Completion, Generator, Invocation, Map, Rand, Sleep, Stagger, Stream, TimeLimit, clients,
-    derive_seed, nemesis as on_nemesis, with_nemesis,
+    Completion, Generator, Invocation, Rand, Sleep, Stagger, Stream, TimeLimit, clients, derive_seed,
+    nemesis as on_nemesis, with_nemesis,
 )
 from harness.generator.combinators import Seq
 from harness.history import HistoryWriter
@@ -104,37 +104,37 @@ def open_run(spec: RunSpec, results_root: str | Path, *, progress: Progress | No
 
 @contextlib.contextmanager
 def bundled_cluster(run: Run) -> Iterator[None]:
-    """Start the bundled cluster with its data and logs inside the run directory."""
+    """Start the bundled cluster with its data, logs and clock files inside the run
+    directory, and the control API the nemeses act through."""
     try:
         launcher = importlib.import_module("cluster.launcher")
+        control_api = importlib.import_module("cluster.control")
     except ImportError as exc:
         raise HarnessError(f"the bundled cluster is not available in this checkout ({exc}); "
                            "point the run at a cluster with --bootstrap-servers") from None
     spec = run.spec
+    # Clock skew needs every broker started under libfaketime; only pay for it when asked.
+    clocks = control_api.BrokerClocks(run.run_dir / "clocks") if "clock" in spec.nemeses else None
     try:
         cluster = launcher.LocalCluster(brokers=spec.brokers, base_dir=run.run_dir / "cluster",
                                         config=dict(spec.cluster_config),
-                                        seed=derive_seed(spec.seed, "cluster") % 2**31)
+                                        seed=derive_seed(spec.seed, "cluster") % 2**31,
+                                        extra_env=clocks.extra_env if clocks is not None else None)
     except ValueError as exc:
         raise HarnessError(f"cannot build the bundled cluster: {exc}") from None
     with cluster:
         run.cluster = cluster
         run.bootstrap_servers = cluster.bootstrap_servers
-        run.control = cluster_control(cluster)
+        run.control = control_api.ClusterControl(cluster, clocks)
         run.log.info("bundled cluster of %d broker(s) at %s", spec.brokers, run.bootstrap_servers)
         try:
             yield
         finally:
+            try:
+                run.control.close()
+            except Exception:
+                run.log.exception("closing the cluster control")
             run.cluster = None
-
-
-def cluster_control(cluster: Any) -> Any:
-    """The control API the nemeses act through (cluster/control.py), if this checkout has it."""
-    try:
-        control = importlib.import_module("cluster.control")
-    except ImportError:
-        return None
-    return control.ClusterControl(cluster)
 
 
 @contextlib.contextmanager
@@ -151,14 +151,14 @@ def system_under_test(run: Run) -> Iterator[None]:
 # -- faults ---------------------------------------------------------------------------
 
 class NemesisRouter:
-    """The nemesis thread's client: hands each fault op to the package that scheduled it."""
+    """The nemesis thread's client: hands each scheduled fault op to the combined schedule,
+    which knows the package that performs it."""
 
-    def __init__(self, packages: list[Any]):
-        self.by_name = {package.name: package for package in packages}
+    def __init__(self, combined: Any):
+        self.combined = combined
 
     def invoke(self, invocation: Invocation) -> Completion:
-        package = self.by_name[invocation.extra["nemesis"]]
-        return Completion("info", package.invoke(invocation.f, invocation.value))
+        return Completion("info", self.combined.invoke(invocation.f, invocation.value))
 
     def close(self) -> None:
         pass
@@ -168,26 +168,30 @@ def build_packages(run: Run) -> list[Any]:
     if not run.spec.nemeses:
         return []
     if run.control is None:
-        raise HarnessError("the nemeses need the cluster's control API, which this cluster does not provide")
+        raise HarnessError("the nemeses need the bundled cluster's control API")
+    from nemeses.base import NemesisError, build_packages as build
+
     try:
-        base = importlib.import_module("nemeses.base")
-    except ImportError as exc:
-        raise HarnessError(f"the nemeses are not available in this checkout ({exc})") from None
-    return list(base.build_packages(list(run.spec.nemeses), run.control, run.spec))
+        return list(build(list(run.spec.nemeses), run.control, run.spec))
+    except NemesisError as exc:
+        raise HarnessError(str(exc)) from None
 
 
-def fault_schedule(spec: RunSpec, packages: list[Any]) -> Generator:
-    """Every package's seeded schedule, each spaced by the nemesis interval (uniform gaps in
-    [0, 2·interval)), merged on the nemesis thread, after an initial quiet period."""
-    streams = []
-    for package in packages:
-        rng = random.Random(derive_seed(spec.seed, "nemesis", package.name))
-        tag = {"nemesis": package.name}
-        tagged = Map(lambda op, tag=tag: op.with_(extra={**op.extra, **tag}), Stream(package.schedule(rng)))
-        streams.append(Stagger(spec.nemesis_interval_s, tagged, Rand.from_seed(spec.seed, "nemesis-gaps", package.name)))
-    if not streams:
+def combine(packages: list[Any]) -> Any:
+    from nemeses.base import NemesisOptions
+    from nemeses.combined import Combined
+
+    return Combined(packages, quiet_probability=NemesisOptions().quiet_probability)
+
+
+def fault_schedule(spec: RunSpec, combined: Any | None) -> Generator:
+    """The packages' seeded schedule (rounds of faults and quiet periods), one op every
+    nemesis interval on average (uniform gaps in [0, 2·interval)), after an initial calm."""
+    if combined is None:
         return Seq()
-    return on_nemesis(Seq(Sleep(spec.initial_quiet_s), AnyOf(*streams)))
+    rng = random.Random(derive_seed(spec.seed, "nemesis"))
+    ops = Stagger(spec.nemesis_interval_s, Stream(combined.schedule(rng)), Rand.from_seed(spec.seed, "nemesis-gaps"))
+    return on_nemesis(Seq(Sleep(spec.initial_quiet_s), ops))
 
 
 # -- phases ---------------------------------------------------------------------------
@@ -207,8 +211,9 @@ def execute(run: Run) -> RunOutcome:
         workload = module.build(spec, run.bootstrap_servers)
         workload.setup()
         run.packages = build_packages(run)
+        combined = combine(run.packages) if run.packages else None
         interp = Interpreter(concurrency=spec.concurrency, open_client=workload.open_client, history=run.history,
-                             nemesis=NemesisRouter(run.packages) if run.packages else None, log=run.log,
+                             nemesis=NemesisRouter(combined) if combined else None, log=run.log,
                              on_op=run.progress.observe if run.progress else None, start_ns=run.start_ns)
         run.interpreter = interp
         stack.callback(interp.close)
@@ -216,7 +221,7 @@ def execute(run: Run) -> RunOutcome:
         if run.stop_requested.is_set():
             interp.stop()
         run.set_phase("main")
-        interrupted = not interp.run(main_generator(spec, workload.generator, fault_schedule(spec, run.packages)))
+        interrupted = not interp.run(main_generator(spec, workload.generator, fault_schedule(spec, combined)))
         heal(run)
         if not interrupted:
             run.set_phase("quiet")

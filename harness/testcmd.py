@@ -169,6 +169,16 @@ def handle(args: argparse.Namespace) -> int:
     except BadArgument as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_BAD_ARGUMENTS
+    if args.bootstrap_servers is None and specs[0].nemeses:
+        # Faults need the run (harness, clients, brokers) inside a private network namespace
+        # that dies with it: re-run this exact command there, once arguments are known good.
+        from nemeses.net.sandbox import NamespaceUnavailable, ensure_private_namespace
+
+        try:
+            ensure_private_namespace()
+        except NamespaceUnavailable as exc:
+            print(f"{PROG}: {exc}", file=sys.stderr)
+            return EXIT_HARNESS_ERROR
     verdicts = []
     exit_code = 0
     for spec in specs:

@@ -71,13 +71,17 @@ def describe_value(f: str, value: Any) -> str:
     return _clip(json.dumps(value, default=str, separators=(", ", ": ")))
 
 
-def describe_op(op: Op) -> str:
-    """`#17 p3 ok send k2=101 → offset 14`, plus the error if there is one."""
-    who = f"p{op.process}" if op.is_client else "nemesis"
+def describe_action(op: Op) -> str:
+    """What the op did: `send k2=101 → offset 14`, plus the error if there is one."""
     value = describe_value(op.f, op.value)
     # Micro-op texts already start with their function (send/poll): don't say it twice.
-    what = value if value.startswith(op.f) else f"{op.f} {value}".rstrip()
-    text = f"#{op.index} {who} {op.type} {what}"
+    text = value if value.startswith(op.f) else f"{op.f} {value}".rstrip()
     if op.error is not None:
         text += f" (error: {_clip(describe_value('', op.error), 120)})"
     return text
+
+
+def describe_op(op: Op) -> str:
+    """`#17 p3 ok send k2=101 → offset 14`: index, process, type and what it did."""
+    who = f"p{op.process}" if op.is_client else "nemesis"
+    return f"#{op.index} {who} {op.type} {describe_action(op)}"

@@ -21,7 +21,7 @@ from harness.history import HistoryFormatError, Op
 from harness.report.digest import HistoryDigest, digest_history
 from harness.report.figures import FigureSpec, all_figures
 from harness.report.htmlpage import asset_text, json_block, plotly_js, render_page
-from harness.report.opformat import describe_op
+from harness.report.opformat import describe_action, describe_op
 from harness import store
 
 MAX_WITNESSES_SHOWN = 12
@@ -43,11 +43,12 @@ class RunMaterial:
     result: CheckResult | None
     digest: HistoryDigest | None
     problems: list[str] = field(default_factory=list)
+    results_unreadable: bool = False  # results.json exists but could not be used
 
     @property
     def verdict(self) -> store.Verdict:
         if self.result is None:
-            return "unknown" if any("results.json" in p for p in self.problems) else "incomplete"
+            return "unknown" if self.results_unreadable else "incomplete"
         return store.verdict_of(self.result.valid)
 
 
@@ -57,14 +58,17 @@ def load_run(run_dir: Path) -> RunMaterial:
     if problem:
         problems.append(problem)
     result = None
+    results_unreadable = False
     raw_result, problem = store.read_json_object(run_dir / store.RESULTS_FILE)
     if raw_result is not None:
         try:
             result = CheckResult.from_json(raw_result)
         except (KeyError, TypeError, ValueError) as exc:
             problems.append(f"results.json does not follow the CheckResult schema: {exc!r}")
-    elif problem and not problem.endswith("is missing"):
-        problems.append(problem)
+            results_unreadable = True
+    elif (run_dir / store.RESULTS_FILE).exists():
+        problems.append(problem or "results.json is unreadable")
+        results_unreadable = True
     focus = _focus_indices(result)
     digest = None
     history_path = run_dir / store.HISTORY_FILE
@@ -77,7 +81,7 @@ def load_run(run_dir: Path) -> RunMaterial:
             problems.append(f"history.jsonl is corrupt, so there are no plots: {exc}")
     else:
         problems.append("history.jsonl is missing, so there are no plots or timeline")
-    return RunMaterial(run_dir, spec, result, digest, problems)
+    return RunMaterial(run_dir, spec, result, digest, problems, results_unreadable)
 
 
 def _shown_witnesses(result: CheckResult | None) -> list[list[int]]:
@@ -333,7 +337,7 @@ def _history_excerpt(material: RunMaterial) -> str:
         css = ' class="witness-op"' if index in witness_indices else ""
         rows.append(
             f'<tr id="op-{index}"{css}><td class="num">{index}</td><td class="num">{time_s:.6f}</td>'
-            f"<td>{esc(op.process)}</td><td>{esc(op.type)}</td><td>{esc(describe_op(op).split(' ', 3)[-1])}</td></tr>"
+            f"<td>{esc(op.process)}</td><td>{esc(op.type)}</td><td>{esc(describe_action(op))}</td></tr>"
         )
     return (
         "<h3>History around the witnesses</h3>"

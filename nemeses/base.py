@@ -52,7 +52,7 @@ class NemesisOptions:
     # Node targets for kill, pause and clock; topologies for partition (nemeses.targets).
     db_targets: tuple[str, ...] = ("one", "minority", "majority", "all", "primaries")
     partition_targets: tuple[str, ...] = ("one", "majority", "majorities-ring", "bridge", "one-way", "primaries")
-    # Topics whose leaders 'primaries' means; None: every topic the cluster has.
+    # Topics whose leaders 'primaries' means; None: every topic but the internal ones.
     primary_topics: tuple[str, ...] | None = None
     clock_kinds: tuple[str, ...] = ("bump", "strobe")
     # Strobe periods are drawn from [2^lo, 2^10) ms. Jepsen goes down to 1 ms; each flip is
@@ -131,5 +131,8 @@ def live_primaries(control: ClusterControl, topics: Sequence[str] | None) -> tup
     """The brokers currently leading a partition of `topics` (all topics when None), and a
     JSON-able record of what was seen, for the completion."""
     leaders = control.leaders(topics)
+    if topics is None:
+        # Internal topics (__consumer_offsets, ...) would make every broker a primary.
+        leaders = {tp: leader for tp, leader in leaders.items() if not tp.topic.startswith("__")}
     seen = {f"{tp.topic}-{tp.partition}": leader for tp, leader in sorted(leaders.items())}
     return sorted(set(leaders.values())), {"leaders": seen}

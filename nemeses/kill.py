@@ -14,6 +14,8 @@ class KillPackage(NodeFaultPackage):
     undo_past_tense = "started"
 
     def fault(self, node: int) -> dict:
+        if not self.control.is_alive(node):
+            return {"node": node, "not_running": True}
         pid = self.control.kill(node)
         return {"node": node, "pid": pid}
 

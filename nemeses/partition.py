@@ -69,10 +69,10 @@ class PartitionPackage:
             except ControlError as error:
                 return {"topology": value["topology"], "error": str(error), "blocked": []}
             topology = partition_topology(value["topology"], self.control.broker_ids, random.Random(0), primaries=leaders)
-        else:
-            topology = Topology.from_value(value)
-        self.apply(topology)
-        return {**topology.as_value(), **extra}
+            self.apply(topology)
+            return {**topology.as_value(), **extra}
+        self.apply(Topology.from_value(value))
+        return dict(value)
 
     def apply(self, topology: Topology) -> None:
         hosts = self.control.hosts()

@@ -17,6 +17,8 @@ class PausePackage(NodeFaultPackage):
     undo_past_tense = "resumed"
 
     def fault(self, node: int) -> dict:
+        if not self.control.is_alive(node):
+            return {"node": node, "not_running": True}
         self.control.pause(node)
         return {"node": node, "pid": self.control.pid(node)}
 

@@ -137,7 +137,8 @@ def test_kill_restarts_and_primaries_come_from_metadata(cluster_control):
     create_topic(control, "led", partitions=2)
     assert {tp: leader for tp, leader in control.leaders(["led"]).items()} == \
         {TopicPartition("led", 0): 0, TopicPartition("led", 1): 0}
-    package = KillPackage(control, NemesisOptions(primary_topics=("led",)))
+    assert any(tp.topic == "__consumer_offsets" for tp in control.leaders())
+    package = KillPackage(control, NemesisOptions())  # primaries: leaders of every non-internal topic
     pid_before = control.pid(0)
     done = package.invoke("start-kill", {"targets": "primaries", "nodes": None})
     assert done["nodes"] == [0] and done["leaders"] == {"led-0": 0, "led-1": 0}
@@ -148,6 +149,8 @@ def test_kill_restarts_and_primaries_come_from_metadata(cluster_control):
     # With every broker down the leaders cannot be read: the completion says so.
     nothing = package.invoke("start-kill", {"targets": "primaries", "nodes": None})
     assert nothing["nodes"] == [] and "no broker answered" in nothing["error"]
+    again = package.invoke("start-kill", {"targets": "one", "nodes": [0]})
+    assert again["killed"] == [{"node": 0, "not_running": True}]
     started = package.invoke("stop-kill", None)
     assert started["started"][0]["node"] == 0 and started["started"][0]["pid"] != pid_before
     assert api_versions(control) == 0

@@ -185,7 +185,50 @@ def scenario_hold() -> dict:
     return {}
 
 
+def scenario_combined() -> dict:
+    """Every package on one combined schedule, ops back to back; then heal: all must be whole."""
+    import random
+
+    from nemeses.base import build_packages
+    from nemeses.combined import Combined
+
+    base = tempfile.mkdtemp(prefix="logquake-combined-")
+    clocks = BrokerClocks(os.path.join(base, "clocks"))
+    with EchoCluster(3, base_dir=base, extra_env=clocks.extra_env) as cluster:
+        control = ClusterControl(cluster, clocks)
+        # 'primaries' needs Kafka metadata, which echo servers do not serve.
+        options = NemesisOptions(db_targets=("one", "minority", "majority", "all"),
+                                 partition_targets=("one", "majority", "majorities-ring", "bridge", "one-way"))
+        packages = build_packages(["kill", "pause", "partition", "clock"], control, options)
+        combined = Combined(packages, quiet_probability=0.2)
+        ops = combined.schedule(random.Random(11))
+        performed = []
+        # Stop in the middle of a round, with a broker down or frozen, and heal from there.
+        while len(performed) < 40 or performed[-1]["f"] not in ("start-kill", "start-pause"):
+            op = next(ops)
+            performed.append({"f": op["f"], "result": combined.invoke(op["f"], op["value"])})
+        faults_in_force = {
+            "dead": [n for n in control.broker_ids if not control.is_alive(n)],
+            "paused": [n for n in control.broker_ids if control.is_paused(n)],
+        }
+        combined.heal()
+        out = {
+            "performed": performed,
+            "before_heal": faults_in_force,
+            "alive": [control.is_alive(n) for n in control.broker_ids],
+            "paused": [control.is_paused(n) for n in control.broker_ids],
+            "rules": [sorted(map(list, pairs)) for pairs in packages[2].partitioner.current()],
+            "udp": udp_matrix(control),
+            "tcp": sorted(set(tcp_matrix(control).values())),
+            "skew": [abs(json.loads(ask(control.host(n), control.port(n), "clock"))["wall"] - time.time()) < 0.5
+                     for n in control.broker_ids],
+            "offsets": clocks.offsets(),
+        }
+    return out
+
+
 SCENARIOS = {
+    "combined": scenario_combined,
     "partitions": scenario_partitions,
     "one_way": scenario_one_way,
     "pause": scenario_pause,

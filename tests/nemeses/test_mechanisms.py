@@ -221,3 +221,16 @@ def test_sandbox_passes_exit_status_and_signal_deaths_through():
     assert run("kill -9 $$") == 128 + 9
     assert subprocess.run([sys.executable, "-m", "nemeses.net.sandbox"], cwd=PROJECT_ROOT, capture_output=True,
                           timeout=60).returncode == 254
+
+
+def test_a_combined_schedule_heals_back_to_a_whole_cluster():
+    observed = run_scenario("combined")
+    kinds = {entry["f"] for entry in observed["performed"]}
+    assert {"start-kill", "start-pause", "start-partition", "start-clock", "quiet"} <= kinds
+    assert observed["before_heal"]["dead"] or observed["before_heal"]["paused"]
+    assert observed["alive"] == [True, True, True]
+    assert observed["paused"] == [False, False, False]
+    assert observed["rules"] == [[], []]
+    assert observed["udp"] == [] and observed["tcp"] == ["ok"]
+    assert observed["skew"] == [True, True, True]
+    assert set(observed["offsets"].values()) == {0.0}

@@ -11,19 +11,18 @@ from __future__ import annotations
 
 import datetime
 import logging
-import uuid
 from collections.abc import Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from cluster.broker import fetch, group_api, produce
+from cluster.broker import fetch, group_api, produce, topic_api
 from cluster.broker.env import ClientInfo, Clock, Reply, Response, Rng, Scheduler, TimerHandle
 from cluster.broker.groups import Group, GroupCoordinator, OffsetToCommit
 from cluster.broker.offsets_log import GroupRecord, OffsetRecord, decode_batch, group_batch, offset_commit_batch, partition_for_group
 from cluster.broker.partition import Partition, TopicPartition
 from cluster.broker.producer_ids import ProducerIdAllocator
-from cluster.broker.topics import OFFSETS_TOPIC, InvalidTopicError, TopicInfo, TopicRegistry, check_topic_name
+from cluster.broker.topics import OFFSETS_TOPIC, TopicInfo, TopicRegistry
 from cluster.config import BrokerConfig
 from cluster.protocol.codec import Request, build, encode_response, payload_class, response_class
 from cluster.protocol.versions import ApiKey, SUPPORTED_VERSIONS
@@ -34,8 +33,6 @@ from cluster.storage.log import PartitionLog
 
 log = logging.getLogger(__name__)
 NO_THROTTLE = datetime.timedelta(0)
-# Kafka's sentinel for "authorized operations not requested".
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 
 class Broker:
@@ -53,9 +50,9 @@ class Broker:
         self._running = False
         self._handlers: dict[int, Callable[[Request, ClientInfo, Reply], None]] = {
             ApiKey.API_VERSIONS: self._api_versions,
-            ApiKey.METADATA: self._metadata,
-            ApiKey.CREATE_TOPICS: self._create_topics,
-            ApiKey.DELETE_TOPICS: self._delete_topics,
+            ApiKey.METADATA: lambda r, c, reply: topic_api.handle_metadata(self, r, reply),
+            ApiKey.CREATE_TOPICS: lambda r, c, reply: topic_api.handle_create_topics(self, r, reply),
+            ApiKey.DELETE_TOPICS: lambda r, c, reply: topic_api.handle_delete_topics(self, r, reply),
             ApiKey.INIT_PRODUCER_ID: self._init_producer_id,
             ApiKey.FIND_COORDINATOR: self._find_coordinator,
             ApiKey.PRODUCE: lambda r, c, reply: produce.handle_produce(self, r, reply),
@@ -178,126 +175,6 @@ class Broker:
         log.info("created topic %s (%s) with %d partitions", name, info.topic_id, num_partitions)
         return info
 
-    def _metadata(self, request: Request, client: ClientInfo, reply: Reply) -> None:
-        version = request.api_version
-        body = request.body
-        cls = response_class(ApiKey.METADATA, version)
-        broker_cls = payload_class(ApiKey.METADATA, version, "MetadataResponseBroker")
-        topic_cls = payload_class(ApiKey.METADATA, version, "MetadataResponseTopic")
-        partition_cls = payload_class(ApiKey.METADATA, version, "MetadataResponsePartition")
-        allow_auto_create = getattr(body, "allow_auto_topic_creation", True) and self.config.auto_create_topics_enable
-
-        requested: list[tuple[str | None, Any]]
-        if body.topics is None or (version == 0 and not body.topics):
-            requested = [(info.name, None) for info in self.topics.all()]
-        else:
-            requested = [(t.name, getattr(t, "topic_id", None)) for t in body.topics]
-
-        topics = []
-        for name, topic_id in requested:
-            info = self.topics.by_name(name) if name is not None else None
-            if name is None and topic_id is not None:
-                info = self.topics.by_id(topic_id)
-                if info is None:
-                    topics.append(build(topic_cls, error_code=ErrorCode.unknown_topic_id, name=None, topic_id=topic_id, is_internal=False,
-                                        partitions=(), topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
-                    continue
-            if info is None:
-                error = ErrorCode.unknown_topic_or_partition
-                try:
-                    check_topic_name(name)
-                    if allow_auto_create and name != OFFSETS_TOPIC:
-                        info = self.create_topic(name, self.config.num_partitions, {})
-                        error = ErrorCode.none
-                except InvalidTopicError:
-                    error = ErrorCode.invalid_topic_exception
-                if info is None:
-                    topics.append(build(topic_cls, error_code=error, name=name, topic_id=_zero_uuid(), is_internal=False,
-                                        partitions=(), topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
-                    continue
-            partitions = tuple(
-                build(
-                    partition_cls,
-                    error_code=ErrorCode.none,
-                    partition_index=index,
-                    leader_id=self.config.broker_id,
-                    leader_epoch=epoch,
-                    replica_nodes=(self.config.broker_id,),
-                    isr_nodes=(self.config.broker_id,),
-                    offline_replicas=(),
-                )
-                for index, epoch in enumerate(info.leader_epochs)
-            )
-            topics.append(build(topic_cls, error_code=ErrorCode.none, name=info.name, topic_id=info.topic_id, is_internal=info.is_internal,
-                                partitions=partitions, topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
-        response = build(
-            cls,
-            throttle_time=NO_THROTTLE,
-            brokers=(build(broker_cls, node_id=self.config.broker_id, host=self.config.host, port=self.config.port, rack=None),),
-            cluster_id=self.config.cluster_id,
-            controller_id=self.config.broker_id,
-            topics=tuple(topics),
-            cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
-        )
-        reply(self.respond(request, response))
-
-    # ---- CreateTopics, DeleteTopics -------------------------------------------------------
-
-    def _create_topics(self, request: Request, client: ClientInfo, reply: Reply) -> None:
-        version = request.api_version
-        result_cls = payload_class(ApiKey.CREATE_TOPICS, version, "CreatableTopicResult")
-        results = []
-        for topic in request.body.topics:
-            error, message, partitions = self._validate_new_topic(topic)
-            if error is ErrorCode.none and not request.body.validate_only:
-                self.create_topic(topic.name, partitions, {c.name: c.value for c in topic.configs if c.value is not None})
-            results.append(build(result_cls, name=topic.name, error_code=error, error_message=message,
-                                 topic_config_error_code=ErrorCode.none, num_partitions=partitions if error is ErrorCode.none else -1,
-                                 replication_factor=1 if error is ErrorCode.none else -1, configs=None))
-        reply(self.respond(request, build(response_class(ApiKey.CREATE_TOPICS, version), throttle_time=NO_THROTTLE, topics=tuple(results))))
-
-    def _validate_new_topic(self, topic: Any) -> tuple[ErrorCode, str | None, int]:
-        try:
-            check_topic_name(topic.name)
-        except InvalidTopicError as error:
-            return ErrorCode.invalid_topic_exception, str(error), -1
-        if self.topics.by_name(topic.name) is not None:
-            return ErrorCode.topic_already_exists, f"topic {topic.name!r} already exists", -1
-        if topic.assignments:
-            brokers = {b for a in topic.assignments for b in a.broker_ids}
-            if brokers != {self.config.broker_id}:
-                return ErrorCode.invalid_replica_assignment, f"replica assignment names brokers {sorted(brokers)}; only {self.config.broker_id} exists", -1
-            partitions = len(topic.assignments)
-        else:
-            partitions = self.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
-        if partitions < 1:
-            return ErrorCode.invalid_partitions, f"number of partitions must be >= 1, got {partitions}", -1
-        replication = self.config.default_replication_factor if topic.replication_factor == -1 else topic.replication_factor
-        if replication != 1 and not topic.assignments:
-            return ErrorCode.invalid_replication_factor, f"replication factor {replication} exceeds the 1 available broker", -1
-        configs = {c.name: c.value for c in topic.configs if c.value is not None}
-        try:
-            LogConfig.from_properties({**self.config.properties, **configs})
-        except ValueError as error:
-            return ErrorCode.invalid_config, str(error), -1
-        return ErrorCode.none, None, partitions
-
-    def _delete_topics(self, request: Request, client: ClientInfo, reply: Reply) -> None:
-        version = request.api_version
-        result_cls = payload_class(ApiKey.DELETE_TOPICS, version, "DeletableTopicResult")
-        results = []
-        for name in request.body.topic_names:
-            info = self.topics.by_name(name)
-            if info is None:
-                error = ErrorCode.unknown_topic_or_partition
-            elif info.is_internal:
-                error = ErrorCode.topic_deletion_disabled
-            else:
-                self.delete_topic(info)
-                error = ErrorCode.none
-            results.append(build(result_cls, name=name, error_code=error))
-        reply(self.respond(request, build(response_class(ApiKey.DELETE_TOPICS, version), throttle_time=NO_THROTTLE, responses=tuple(results))))
-
     def delete_topic(self, info: TopicInfo) -> None:
         self.topics.delete(info.name)
         for index in range(info.num_partitions):
@@ -373,7 +250,3 @@ class Broker:
                         elif isinstance(record, GroupRecord):
                             self.groups.restore_group(record.group_id, record.generation_id, record.protocol_type, record.protocol_name)
                     position = parse_header(batch).next_offset
-
-
-def _zero_uuid() -> uuid.UUID:
-    return uuid.UUID(int=0)

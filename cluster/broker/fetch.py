@@ -34,15 +34,6 @@ MAX_TIMESTAMP = -3
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-def leader_epoch_error(partition: Partition, current_leader_epoch: int) -> ErrorCode | None:
-    verdict = partition.check_leader_epoch(current_leader_epoch)
-    if verdict == "fenced":
-        return ErrorCode.fenced_leader_epoch
-    if verdict == "unknown":
-        return ErrorCode.unknown_leader_epoch
-    return None
-
-
 @dataclass(slots=True)
 class _FetchRead:
     topics: list[FetchTopicResult]
@@ -83,7 +74,7 @@ def _read(broker: Broker, request: Request) -> _FetchRead:
                 () if read_committed else None,
             )
             out.partitions.append(result)
-            epoch_error = leader_epoch_error(partition, getattr(p, "current_leader_epoch", -1))
+            epoch_error = partition.leader_epoch_error(getattr(p, "current_leader_epoch", -1))
             if epoch_error is not None:
                 result.error_code = epoch_error.value
                 has_error = True
@@ -174,7 +165,7 @@ def _list_offset(broker: Broker, topic: str, p: Any, read_committed: bool) -> tu
     partition = broker.partition(topic, p.partition_index)
     if partition is None:
         return ErrorCode.unknown_topic_or_partition, -1, -1, -1
-    epoch_error = leader_epoch_error(partition, getattr(p, "current_leader_epoch", -1))
+    epoch_error = partition.leader_epoch_error(getattr(p, "current_leader_epoch", -1))
     if epoch_error is not None:
         return epoch_error, -1, -1, -1
     epochs = partition.log.epochs
@@ -210,7 +201,7 @@ def handle_offset_for_leader_epoch(broker: Broker, request: Request, reply: Repl
             if partition is None:
                 error = ErrorCode.unknown_topic_or_partition
             else:
-                error = leader_epoch_error(partition, p.current_leader_epoch)
+                error = partition.leader_epoch_error(p.current_leader_epoch)
                 if error is None:
                     error = ErrorCode.none
                     epoch, end_offset = partition.log.epochs.end_offset_for(p.leader_epoch, partition.log_end_offset)

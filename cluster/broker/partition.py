@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kio.schema.errors import ErrorCode
+
 from cluster.broker.producer_state import ProducerStateTable
 from cluster.storage.batch import BatchHeader, restamp
 from cluster.storage.log import PartitionLog
@@ -94,8 +96,9 @@ class Partition:
     def read(self, fetch_offset: int, max_bytes: int) -> list[bytes | memoryview]:
         return self.log.read(fetch_offset, max_bytes, max_offset=self.high_watermark)
 
-    def check_leader_epoch(self, current_leader_epoch: int) -> str | None:
-        """None if the client's epoch is acceptable, else "fenced" or "unknown"."""
+    def leader_epoch_error(self, current_leader_epoch: int) -> ErrorCode | None:
+        """KIP-320: a client behind our epoch is fenced; one ahead of it knows of a leader
+        change we have not seen yet. -1 means the client does not say."""
         if current_leader_epoch == -1 or current_leader_epoch == self.leader_epoch:
             return None
-        return "fenced" if current_leader_epoch < self.leader_epoch else "unknown"
+        return ErrorCode.fenced_leader_epoch if current_leader_epoch < self.leader_epoch else ErrorCode.unknown_leader_epoch

@@ -6,6 +6,7 @@ generic encoder costs about 20 µs here, this one about 1.5 µs.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 
 from cluster.protocol import wire
@@ -33,9 +34,8 @@ class ProduceTopicResult:
     partitions: tuple[ProducePartitionResult, ...] = field(default_factory=tuple)
 
 
-_PARTITION_HEAD = wire.INT32
-_V3_FIELDS = __import__("struct").Struct(">ihqq")
-_V5_FIELDS = __import__("struct").Struct(">ihqqq")
+_V3_FIELDS = struct.Struct(">ihqq")  # index, error_code, base_offset, log_append_time
+_V5_FIELDS = struct.Struct(">ihqqq")  # ... and log_start_offset
 
 
 def encode_produce_response(

@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # The stamp changes whenever pyproject.toml does, so dependency edits reinstall.
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 # COMMAND:DEBIAN-PACKAGE, installed when the command is missing.
-DEBS := kcat:kcat java:openjdk-17-jre-headless nft:nftables unshare:util-linux nsenter:util-linux ip:iproute2 chromium:chromium
+DEBS := kcat:kcat java:openjdk-17-jre-headless nft:nftables unshare:util-linux ip:iproute2 chromium:chromium
 PYTEST_ARGS ?=
 
 .PHONY: setup debs demo test lint bench clean

@@ -26,7 +26,6 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
-import re
 import threading
 import uuid
 import time
@@ -44,7 +43,6 @@ from cluster.protocol.versions import ApiKey
 SHM_DIR = "/dev/shm"
 METADATA_VERSION = 12
 SIGNAL_SETTLE_TIMEOUT_S = 5.0
-_CLOCK_OFFSET_RE = re.compile(r"^[+-]\d+(\.\d+)?$")
 
 
 class ControlError(RuntimeError):

@@ -17,7 +17,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 from cluster.control import BrokerClocks, ClusterControl, faketime_shm_paths
 from nemeses.base import NemesisOptions
-from nemeses.clock import ClockPackage
 from nemeses.kill import KillPackage
 from nemeses.net.nft import NftPartitioner
 from nemeses.net.sandbox import current_netns, inside_private_namespace

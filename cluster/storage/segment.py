@@ -21,6 +21,8 @@ INDEX_SUFFIX = ".index"
 # Offsets in the index are 32-bit relative to the segment base (as in Kafka).
 MAX_RELATIVE_OFFSET = 2**31 - 1
 _SCAN_CHUNK_BYTES = 1 << 20
+_HEADER_READ_AHEAD_BYTES = 16 * 1024
+_LARGE_BATCH_BYTES = 4 * 1024
 
 
 def segment_file_stem(base_offset: int) -> str:
@@ -192,14 +194,13 @@ class Segment:
             return None
         entry = self.index.floor_for_offset(offset)
         position = 0 if entry is None else entry.position
-        header = self.header_at(position)
-        if entry is not None and header.base_offset != entry.offset:
-            self.rebuild_index(f"index entry for offset {entry.offset} points at a batch with offset {header.base_offset}")
-            return self.locate(offset)
-        while header.next_offset <= offset:
-            position += header.size_bytes
-            header = self.header_at(position)
-        return position, header
+        for found_at, header in self.headers_from(position):
+            if entry is not None and found_at == position and header.base_offset != entry.offset:
+                self.rebuild_index(f"index entry for offset {entry.offset} points at a batch with offset {header.base_offset}")
+                return self.locate(offset)
+            if header.next_offset > offset:
+                return found_at, header
+        raise CorruptLogError(f"offset {offset} is below {self.name}'s end {self.next_offset} but no batch holds it")
 
     def locate_timestamp(self, timestamp_ms: int, from_offset: int) -> tuple[int, BatchHeader] | None:
         """The first batch at or after the one holding `from_offset` whose max timestamp is
@@ -218,10 +219,22 @@ class Segment:
         return None
 
     def headers_from(self, position: int) -> Iterator[tuple[int, BatchHeader]]:
+        """(position, header) of every batch from the one starting at `position`.
+
+        Small batches are read ahead in chunks, so walking many of them costs few reads;
+        after a large batch only the next header is read."""
+        buffer = b""
+        buffer_start = position
+        last_size = 0
         while position < self.size_bytes:
-            header = self.header_at(position)
+            at = position - buffer_start
+            if len(buffer) - at < HEADER_SIZE:
+                read_ahead = HEADER_SIZE if last_size >= _LARGE_BATCH_BYTES else _HEADER_READ_AHEAD_BYTES
+                buffer, buffer_start, at = self.read(position, read_ahead), position, 0
+            header = parse_header(buffer, at)
             yield position, header
             position += header.size_bytes
+            last_size = header.size_bytes
 
     # ---- truncation -------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from cluster.storage.batch import InvalidBatchError, parse_header
+from cluster.storage.disk import MemoryDisk
 from cluster.storage.log import LogConfig, OffsetOutOfRangeError, PartitionLog
 from tests.cluster.storage.batches import make_batch
 
@@ -333,3 +334,44 @@ def test_config_from_properties():
             LogConfig.from_properties(props)
     with pytest.raises(ValueError, match="segment_bytes"):
         LogConfig(segment_bytes=0)
+
+
+class CountingDisk(MemoryDisk):
+    """A MemoryDisk that counts reads, to check how much a lookup touches."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    def read(self, path: str, offset: int, size: int) -> bytes:
+        self.reads += 1
+        return super().read(path, offset, size)
+
+
+@pytest.mark.parametrize("index_interval_bytes", [0, 4096])
+def test_lookups_touch_the_same_few_places_however_long_the_log(index_interval_bytes):
+    costs = {}
+    for batches in (50, 5_000):
+        disk = CountingDisk()
+        config = LogConfig(segment_bytes=200_000, index_interval_bytes=index_interval_bytes, retention_ms=None)
+        log = PartitionLog.open(disk, "/p", config, now_ms=0)
+        for i in range(batches):
+            log.append(make_batch(i * 2, 2, body_size=200, base_timestamp_ms=i), now_ms=0)
+        worst = {"read": 0, "timestamp": 0, "headers": 0}
+        for offset in range(0, 2 * batches, max(1, batches // 40)):
+            disk.reads = 0
+            log.read(offset, 1_000)
+            worst["read"] = max(worst["read"], disk.reads)
+            disk.reads = 0
+            log.offset_for_timestamp(offset // 2)
+            worst["timestamp"] = max(worst["timestamp"], disk.reads)
+            disk.reads = 0
+            next(log.batch_headers(offset))
+            worst["headers"] = max(worst["headers"], disk.reads)
+        costs[batches] = worst
+        log.close()
+    # Reads per lookup depend on the index interval, not on how many batches there are
+    # (the long log has several segments: a read that crosses into the next costs one more).
+    for kind, cost in costs[5_000].items():
+        assert cost <= costs[50][kind] + 1, costs
+    assert max(costs[5_000].values()) <= 4, costs

@@ -30,6 +30,7 @@ import threading
 import uuid
 import time
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from dataclasses import dataclass
 from pathlib import Path
@@ -177,6 +178,7 @@ class ClusterControl:
         self.clocks = clocks
         self._pids_seen: set[int] = set()
         self._lock = threading.RLock()
+        self._spawn_thread: ThreadPoolExecutor | None = None
         for broker_id in self.broker_ids:
             self._note_pid(broker_id)
 
@@ -234,10 +236,20 @@ class ClusterControl:
         return pid
 
     def start(self, broker_id: int) -> int | None:
-        """Start a stopped or killed broker and wait until it answers; returns its new pid."""
+        """Start a stopped or killed broker and wait until it answers; returns its new pid.
+
+        The process is forked from this control's own long-lived thread: the launcher gives
+        brokers PR_SET_PDEATHSIG, which fires when the *thread* that forked them exits, so a
+        broker restarted from a short-lived worker thread would be SIGKILLed with it."""
         self._broker(broker_id)
-        self.cluster.start(broker_id)
+        self._spawner().submit(self.cluster.start, broker_id).result()
         return self.pid(broker_id)
+
+    def _spawner(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._spawn_thread is None:
+                self._spawn_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="broker-spawner")
+            return self._spawn_thread
 
     def pause(self, broker_id: int) -> None:
         """SIGSTOP, and wait until the kernel has actually stopped the process (signal
@@ -324,8 +336,13 @@ class ClusterControl:
             return set(self._pids_seen)
 
     def close(self) -> list[str]:
-        """Remove libfaketime's shm entries of every broker pid seen that has exited
-        (call after the cluster is stopped); returns the paths removed."""
+        """Call after the cluster is stopped: ends the spawner thread and removes
+        libfaketime's shm entries of every broker pid seen that has exited; returns the
+        paths removed."""
+        with self._lock:
+            spawner, self._spawn_thread = self._spawn_thread, None
+        if spawner is not None:
+            spawner.shutdown(wait=True)
         for broker_id in self.broker_ids:
             self._note_pid(broker_id)
         dead = [pid for pid in self.pids_seen if not _pid_running(pid)]

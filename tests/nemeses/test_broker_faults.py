@@ -155,3 +155,15 @@ def test_kill_restarts_and_primaries_come_from_metadata(cluster_control):
     assert started["started"][0]["node"] == 0 and started["started"][0]["pid"] != pid_before
     assert api_versions(control) == 0
     assert control.leaders(["led"]) == {TopicPartition("led", 0): 0, TopicPartition("led", 1): 0}
+
+
+def test_a_broker_restarted_from_a_short_lived_thread_outlives_it(cluster_control):
+    control = cluster_control
+    # The harness performs faults on worker threads that end with their phase; the
+    # launcher's PR_SET_PDEATHSIG fires when the forking thread exits.
+    worker = threading.Thread(target=lambda: (control.kill(0), control.start(0)))
+    worker.start()
+    worker.join()
+    time.sleep(0.5)
+    assert control.is_alive(0)
+    assert api_versions(control) == 0

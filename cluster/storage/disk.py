@@ -108,6 +108,7 @@ class _OsAppendHandle:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+            self._disk._handles.discard(self)
 
 
 class OsDisk:
@@ -124,6 +125,7 @@ class OsDisk:
         # process's descriptor limit.
         self._read_fds: OrderedDict[str, int] = OrderedDict()
         self._max_cached_read_fds = max_cached_read_fds
+        self._handles: set[_OsAppendHandle] = set()
 
     def exists(self, path: str) -> bool:
         return os.path.exists(path)
@@ -178,7 +180,9 @@ class OsDisk:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         if self.lose_unflushed_on_crash:
             self._pending.setdefault(path, bytearray())
-        return _OsAppendHandle(self, path, fd)
+        handle = _OsAppendHandle(self, path, fd)
+        self._handles.add(handle)
+        return handle
 
     def truncate(self, path: str, size: int) -> None:
         current = self.file_size(path)
@@ -231,6 +235,16 @@ class OsDisk:
         """Release cached read descriptors (append handles are closed by their owners)."""
         for path in list(self._read_fds):
             self._forget_read_fd(path)
+
+    def abandon(self) -> None:
+        """Do to this disk what the death of its process would: every byte not fsynced is
+        gone and every descriptor closed; open handles become unusable. The in-process
+        stand-in for SIGKILL (tests, the simulator's view of a real broker); open a new
+        OsDisk on the same files afterwards."""
+        self._pending.clear()
+        for handle in list(self._handles):
+            handle.close()
+        self.close()
 
 
 # --------------------------------------------------------------------------------------

@@ -1,5 +1,7 @@
-"""Hypothesis state machine: PartitionLog on a MemoryDisk against a plain list of batches,
-under random appends, reads, truncations, flushes, crashes, restarts and retention."""
+"""Hypothesis state machine: PartitionLog against a plain list of batches, under random
+appends, reads, truncations, flushes, crashes, restarts and retention. Run on a MemoryDisk
+(crashes with and without torn writes) and on real files with OsDisk's lose-unflushed mode
+(a crash there is the death of the process: OsDisk.abandon)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,11 @@ import pytest
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from cluster.storage.disk import MemoryDisk
+import shutil
+import tempfile
+from pathlib import Path
+
+from cluster.storage.disk import Disk, MemoryDisk, OsDisk
 from cluster.storage.log import LogConfig, OffsetOutOfRangeError, PartitionLog
 from tests.cluster.storage.batches import make_batch
 
@@ -40,15 +46,26 @@ class LogModel(RuleBasedStateMachine):
             retention_bytes=retention_bytes,
             retention_ms=retention_ms,
         )
-        self.disk = MemoryDisk()
+        self.disk = self.make_disk()
         self.now_ms = 0
-        self.log = PartitionLog.open(self.disk, DIRECTORY, self.config, now_ms=self.now_ms)
+        self.log = PartitionLog.open(self.disk, self.directory, self.config, now_ms=self.now_ms)
         self.batches: list[ModelBatch] = []
         self.log_start = 0
         self.empty_end = 0  # the log end offset when there are no batches
         self.flushed_at_least = 0
         self.epochs: list[tuple[int, int]] = []
         self.epoch = 0
+
+    # ---- the disk ---------------------------------------------------------------------
+
+    directory = DIRECTORY
+
+    def make_disk(self) -> Disk:
+        self.memory_disk = MemoryDisk()
+        return self.memory_disk
+
+    def power_loss(self, torn) -> None:
+        self.memory_disk.crash(torn_writes=torn)
 
     # ---- model helpers ----------------------------------------------------------------
 
@@ -159,10 +176,13 @@ class LogModel(RuleBasedStateMachine):
 
     @rule(torn=st.none() | st.randoms(use_true_random=False))
     def crash_and_reopen(self, torn):
+        self.check_crash(torn)
+
+    def check_crash(self, torn) -> None:
         durable = self.log.recovery_point
         assert durable >= self.flushed_at_least
-        self.disk.crash(torn_writes=torn)
-        self.log = PartitionLog.open(self.disk, DIRECTORY, self.config, now_ms=self.now_ms)
+        self.power_loss(torn)
+        self.log = PartitionLog.open(self.disk, self.directory, self.config, now_ms=self.now_ms)
         report = self.log.recovery
         if torn is None:
             # Exactly the fsynced prefix survives, cut cleanly at a batch boundary.
@@ -198,14 +218,14 @@ class LogModel(RuleBasedStateMachine):
     @rule()
     def restart_without_power_loss(self):
         # The old process is gone but the OS kept its writes: nothing is lost.
-        self.log = PartitionLog.open(self.disk, DIRECTORY, self.config, now_ms=self.now_ms)
+        self.log = PartitionLog.open(self.disk, self.directory, self.config, now_ms=self.now_ms)
         assert self.log.recovery.reason is None
         self.after_reopen()
 
     @rule()
     def clean_restart(self):
         self.log.close()
-        self.log = PartitionLog.open(self.disk, DIRECTORY, self.config, now_ms=self.now_ms)
+        self.log = PartitionLog.open(self.disk, self.directory, self.config, now_ms=self.now_ms)
         assert self.log.recovery.reason is None and self.log.recovery.truncated_bytes == 0
         assert self.log.recovery_point == self.end
         self.after_reopen()
@@ -228,3 +248,31 @@ class LogModel(RuleBasedStateMachine):
 
 LogModel.TestCase.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)
 TestLogModel = LogModel.TestCase
+
+
+class OsDiskLogModel(LogModel):
+    """The same model on real files; a crash kills the "process" that held unsynced bytes."""
+
+    def make_disk(self) -> Disk:
+        if not hasattr(self, "root"):
+            self.root = tempfile.mkdtemp(prefix="logquake-storage-model-")
+            self.directory = str(Path(self.root) / "topic-3")
+        self.os_disk = OsDisk(lose_unflushed_on_crash=True)
+        return self.os_disk
+
+    def power_loss(self, torn) -> None:
+        self.os_disk.abandon()
+        self.disk = self.make_disk()
+
+    @rule()
+    def crash_and_reopen(self):
+        self.check_crash(None)
+
+    def teardown(self):
+        if hasattr(self, "root"):
+            self.os_disk.abandon()
+            shutil.rmtree(self.root)
+
+
+OsDiskLogModel.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+TestOsDiskLogModel = OsDiskLogModel.TestCase

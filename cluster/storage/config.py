@@ -57,7 +57,8 @@ _KEYS: dict[str, list[tuple[str, int]]] = {
     ],
     "retention_bytes": [("retention.bytes", 1), ("log.retention.bytes", 1)],
     "flush_interval_messages": [("flush.messages", 1), ("log.flush.interval.messages", 1)],
-    "flush_interval_ms": [("flush.ms", 1), ("log.flush.interval.ms", 1)],
+    # Kafka falls back to the flusher's check interval when log.flush.interval.ms is unset.
+    "flush_interval_ms": [("flush.ms", 1), ("log.flush.interval.ms", 1), ("log.flush.scheduler.interval.ms", 1)],
     "index_interval_bytes": [("index.interval.bytes", 1), ("log.index.interval.bytes", 1)],
 }
 _OPTIONAL = {"segment_ms", "retention_ms", "retention_bytes", "flush_interval_messages", "flush_interval_ms"}

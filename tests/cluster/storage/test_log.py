@@ -323,6 +323,8 @@ def test_config_from_properties():
     assert LogConfig.from_properties({"log.retention.ms": "-1"}).retention_ms is None
     assert LogConfig.from_properties({"log.retention.minutes": "3", "log.retention.hours": "1"}).retention_ms == 180_000
     assert LogConfig.from_properties({}) == LogConfig()
+    assert LogConfig.from_properties({"log.flush.scheduler.interval.ms": "500"}).flush_interval_ms == 500
+    assert LogConfig.from_properties({"log.flush.scheduler.interval.ms": "500", "log.flush.interval.ms": "9"}).flush_interval_ms == 9
     for props, message in [
         ({"segment.bytes": "10"}, "segment.bytes='10'"),
         ({"retention.ms": "soon"}, "retention.ms='soon': not an integer"),

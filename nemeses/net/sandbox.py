@@ -169,12 +169,15 @@ def run_in_private_namespace(command: list[str], *, env: dict[str, str] | None =
             process.wait()
 
 
-def ensure_private_namespace() -> None:
-    """Call first thing in a CLI that starts brokers: unless already inside a private
-    namespace, re-run this exact command inside one and exit with its status."""
+def ensure_private_namespace(command: list[str]) -> None:
+    """Call first thing in a CLI that starts brokers, with the command line that re-runs
+    it (e.g. [sys.executable, "-m", "harness.cli", *argv]; sys.orig_argv when it is the
+    program's own entry point): unless already inside a private namespace, run that command
+    inside one and exit with its status. Raises NamespaceUnavailable (before anything runs)
+    where no namespace can be made."""
     if inside_private_namespace():
         return
-    sys.exit(run_in_private_namespace(list(sys.orig_argv)))
+    sys.exit(run_in_private_namespace(list(command)))
 
 
 def main(argv: list[str] | None = None) -> int:

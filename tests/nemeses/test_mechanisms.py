@@ -187,7 +187,7 @@ REEXEC_SCRIPT = """
 import os, signal, sys, time
 from nemeses.net.sandbox import current_netns, ensure_private_namespace, inside_private_namespace
 outer_netns = current_netns()
-ensure_private_namespace()   # re-runs this very command inside, then exits with its status
+ensure_private_namespace(sys.orig_argv)   # re-runs this very command inside, then exits with its status
 def stop(signum, frame):
     print("stopped by", signum, flush=True)
     sys.exit(5)

@@ -62,6 +62,7 @@ class PageLoad:
     url: str
     render_ms: float | None  # performance.now() when the page said it had rendered
     wall_ms: float  # from the navigate command to the rendered signal, measured here
+    main_thread_cpu_ms: float | None = None  # CPU time of the page's main thread: does not count waiting for a core
     requests: list[str] = field(default_factory=list)  # every URL the page requested
     console_errors: list[str] = field(default_factory=list)  # JS exceptions, CSP violations, errors
 
@@ -124,7 +125,7 @@ class HeadlessChromium:
         try:
             target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
             self._session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
-            for domain in ("Page", "Network", "Runtime", "Log"):
+            for domain in ("Page", "Network", "Runtime", "Log", "Performance"):
                 self.call(f"{domain}.enable", session=True)
             self.call(
                 "Emulation.setDeviceMetricsOverride",
@@ -235,8 +236,14 @@ class HeadlessChromium:
         if not state:
             raise BrowserError(f"{url} did not finish rendering within {self.timeout_s:.0f} s")
         render_ms = self.evaluate("window.logquakeRenderedMs || null")
+        cpu_ms = self._main_thread_cpu_s() * 1000
         self._drain_events(0.3)  # late console messages and requests
-        return PageLoad(url, render_ms, wall_ms, self._requests(), self._console_errors())
+        return PageLoad(url, render_ms, wall_ms, cpu_ms, self._requests(), self._console_errors())
+
+    def _main_thread_cpu_s(self) -> float:
+        """ThreadTime: the CPU time of the renderer's main thread since the document began."""
+        metrics = self.call("Performance.getMetrics", session=True)["metrics"]
+        return next((m["value"] for m in metrics if m["name"] == "ThreadTime"), 0.0)
 
     def _requests(self) -> list[str]:
         return [e["params"]["request"]["url"] for e in self._events if e.get("method") == "Network.requestWillBeSent"]

@@ -190,12 +190,8 @@ def latency_figure(digest: HistoryDigest) -> FigureSpec:
                     "x": typed_array(ops.start_s[rows], "f4"),
                     "y": typed_array(np.maximum(latency_ms[rows], 0.001), "f4"),
                     "customdata": typed_array(ops.invoke_index[rows], "i4"),
-                    "marker": {
-                        "color": OUTCOME_COLOURS[outcome],
-                        "symbol": _SYMBOLS[f_code % len(_SYMBOLS)],
-                        "size": 5,
-                        "line": {"width": 0.5, "color": OUTCOME_LINE_COLOURS[outcome]},
-                    },
+                    # Saturated fills and no outlines: outlines cost a third of the drawing time.
+                    "marker": {"color": OUTCOME_LINE_COLOURS[outcome], "symbol": _SYMBOLS[f_code % len(_SYMBOLS)], "size": 5, "opacity": 0.8},
                     "hovertemplate": f"op #%{{customdata}} {f_name} {outcome}<br>invoked %{{x:.3f}} s<br>latency %{{y:.2f}} ms<extra></extra>",
                 }
             )

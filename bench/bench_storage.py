@@ -146,7 +146,10 @@ def main() -> None:
             for attempt in range(args.repeat):
                 directory = os.path.join(root, f"{name.replace(' ', '_').replace(',', '')}-{attempt}")
                 reference_path = os.path.join(root, "reference.bin")
+                # Start each run with no dirty pages queued, so an fsync waits for its own data.
+                os.sync()
                 elapsed, appended, size = append_run(directory, batches, flush_every_write=flush_every_write, lose_unflushed=lose_unflushed, max_seconds=budget)
+                os.sync()
                 reference = reference_write(reference_path, batches[:appended], fsync=flush_every_write)
                 os.remove(reference_path)
                 best_rate = max(best_rate, size / MB / elapsed)

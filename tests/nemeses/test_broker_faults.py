@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cluster.control import BrokerClocks, ClusterControl, TopicPartition
@@ -75,6 +76,30 @@ def stamped(control: ClusterControl, needle: str) -> float:
     return found[-1]
 
 
+def commit_record_time(control: ClusterControl, group: str) -> float:
+    """Wall time (s) the broker stamped on the newest __consumer_offsets record of `group`."""
+    reader = Consumer({"bootstrap.servers": control.address(0), "group.id": "nemesis-test-reader",
+                       "enable.auto.commit": False})
+    try:
+        partitions = int(BROKER_CONFIG["offsets.topic.num.partitions"])
+        reader.assign([KafkaTopicPartition("__consumer_offsets", p, 0) for p in range(partitions)])
+        stamps = []
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            message = reader.poll(0.5)
+            if message is None:
+                if stamps:
+                    break
+                continue
+            # Every record of a group lands in one partition, in order; the newest is the commit.
+            if message.error() is None and group.encode() in (message.key() or b""):
+                stamps.append(message.timestamp()[1] / 1000)
+        assert stamps, f"no offset commit of group {group} in __consumer_offsets"
+        return stamps[-1]
+    finally:
+        reader.close()
+
+
 def test_paused_broker_stops_answering_and_resumes(cluster_control):
     control = cluster_control
     package = PausePackage(control, NemesisOptions())
@@ -105,7 +130,7 @@ def test_clock_bump_moves_the_broker_wall_clock_not_its_timers(cluster_control):
     create_topic(control, "before")
     assert abs(stamped(control, "created topic before") - time.time()) < 5
 
-    consumer = Consumer({"bootstrap.servers": control.address(0), "group.id": "g", "session.timeout.ms": 6000,
+    consumer = Consumer({"bootstrap.servers": control.address(0), "group.id": "skew-probe-group", "session.timeout.ms": 6000,
                          "heartbeat.interval.ms": 500, "auto.offset.reset": "earliest"})
     try:
         consumer.subscribe(["before"])
@@ -125,6 +150,9 @@ def test_clock_bump_moves_the_broker_wall_clock_not_its_timers(cluster_control):
         expired = [m for _, m in log_lines(control) if "session expired" in m or "did not rejoin" in m]
         assert expired == []
         assert api_versions(control) == 0
+        # Over the protocol too: a commit is stored as a record stamped with the broker's time.
+        consumer.commit(offsets=[KafkaTopicPartition("before", 0, 0)], asynchronous=False)
+        assert 3590 < commit_record_time(control, "skew-probe-group") - time.time() < 3610
     finally:
         consumer.close()
     package.invoke("stop-clock", None)

@@ -377,3 +377,40 @@ def test_lookups_touch_the_same_few_places_however_long_the_log(index_interval_b
     for kind, cost in costs[5_000].items():
         assert cost <= costs[50][kind] + 1, costs
     assert max(costs[5_000].values()) <= 4, costs
+
+
+def test_roll_by_time_falls_back_to_creation_time_without_timestamps(place):
+    config = LogConfig(segment_ms=1_000, retention_ms=None)
+    log = PartitionLog.open(place.disk, place.directory, config, now_ms=5_000)
+    log.append(make_batch(0, base_timestamp_ms=-1, max_timestamp_ms=-1), now_ms=5_000)
+    log.append(make_batch(1, base_timestamp_ms=-1, max_timestamp_ms=-1), now_ms=6_000)
+    assert log.segment_count == 1
+    log.append(make_batch(2, base_timestamp_ms=-1, max_timestamp_ms=-1), now_ms=6_001)
+    assert log.segment_base_offsets == [0, 2]
+    assert log.max_timestamp() == (0, -1)
+    log.close()
+
+
+def test_roll_when_offsets_outgrow_the_index(place):
+    log = PartitionLog.open(place.disk, place.directory, SMALL, now_ms=0)
+    log.append(make_batch(0), now_ms=0)
+    log.append(make_batch(1), now_ms=0)
+    # Its last offset lies 2**31 past the segment base: it cannot share the segment's index.
+    huge = make_batch(2, 2**31 - 1)
+    log.append(huge, now_ms=0)
+    assert log.segment_base_offsets == [0, 2]
+    assert log.log_end_offset == 2 + 2**31 - 1
+    assert as_bytes(log.read(2**30, 1)) == [huge]
+    log.close()
+    reopened = PartitionLog.open(place.disk, place.directory, SMALL, now_ms=0)
+    assert reopened.log_end_offset == 2 + 2**31 - 1 and reopened.recovery.reason is None
+    reopened.close()
+
+
+def test_maybe_flush_without_a_flush_interval_never_flushes(place):
+    log = PartitionLog.open(place.disk, place.directory, SMALL, now_ms=0)
+    fill(log, 3)
+    assert not log.maybe_flush(now_ms=10**12)
+    assert log.recovery_point == 0
+    log.close()
+    assert log.recovery_point == 9

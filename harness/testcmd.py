@@ -119,7 +119,13 @@ def _as_flag(message: str) -> str:
 
 
 def reproduce_command(args: argparse.Namespace, seed: int, name: str) -> str:
-    parts = ["logquake", "test", "--workload", args.workload]
+    return shlex.join(["logquake", "test", *test_argv(args, seed, name)])
+
+
+def test_argv(args: argparse.Namespace, seed: int, name: str | None, test_count: int = 1) -> list[str]:
+    """The arguments of `logquake test` that repeat these choices exactly, with every
+    default spelled out."""
+    parts = ["--workload", args.workload]
     if args.nemesis.strip():
         parts += ["--nemesis", ",".join(n.strip() for n in args.nemesis.split(",") if n.strip()),
                   "--nemesis-interval", f"{args.nemesis_interval:g}"]
@@ -131,14 +137,17 @@ def reproduce_command(args: argparse.Namespace, seed: int, name: str) -> str:
     else:
         parts += ["--brokers", str(args.brokers)]
     parts += ["--seed", str(seed)]
+    if test_count != 1:
+        parts += ["--test-count", str(test_count)]
     for flag, items in (("--client-config", args.client_config), ("--cluster-config", args.cluster_config),
                         ("--workload-option", args.workload_option)):
         for item in items:
             parts += [flag, item]
-    parts += ["--name", name]
+    if name is not None:
+        parts += ["--name", name]
     if args.results_dir != "results":
         parts += ["--results-dir", args.results_dir]
-    return shlex.join(parts)
+    return parts
 
 
 def probe_bootstrap_servers(servers: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
@@ -174,8 +183,10 @@ def handle(args: argparse.Namespace) -> int:
         # that dies with it: re-run this exact command there, once arguments are known good.
         from nemeses.net.sandbox import NamespaceUnavailable, ensure_private_namespace
 
+        command = [sys.executable, "-m", "harness.testcmd",
+                   *test_argv(args, base_seed, args.name, test_count=args.test_count)]
         try:
-            ensure_private_namespace()
+            ensure_private_namespace(command)
         except NamespaceUnavailable as exc:
             print(f"{PROG}: {exc}", file=sys.stderr)
             return EXIT_HARNESS_ERROR

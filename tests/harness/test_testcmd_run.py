@@ -118,3 +118,69 @@ def test_sigint_heals_tears_down_and_keeps_the_history(tmp_path):
     for pid in pids:
         assert not alive(pid)
     assert not (run_dir / "results.json").exists()  # no verdict for a run that never finished
+
+
+def processes_mentioning(path):
+    """Live processes whose command line names `path` (brokers name their data directory)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (entry / "status").read_text()
+        except OSError:
+            continue
+        if str(path) in cmdline and "State:\tZ" not in state:
+            found.append((int(entry.name), cmdline))
+    return found
+
+
+def start_and_wait_for_history(argv, results, min_bytes=20_000):
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=PROJECT)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        found = [p for p in results.glob("*/*/history.jsonl") if "latest" not in p.parts]
+        if found and found[0].stat().st_size > min_bytes:
+            return proc, found[0]
+        if proc.poll() is not None:
+            break
+        time.sleep(0.2)
+    proc.kill()
+    out, err = proc.communicate()
+    raise AssertionError(f"the run never got going:\n{err[-3000:]}")
+
+
+def test_sigint_during_faults_heals_and_leaves_no_process_behind(tmp_path):
+    results = tmp_path / "results"
+    argv = logquake_test("--workload", "queue", "--nemesis", "kill,pause", "--nemesis-interval", "1",
+                         "--time-limit", "120", "--seed", "8", results=results)
+    proc, history = start_and_wait_for_history(argv, results, min_bytes=60_000)
+    try:
+        assert processes_mentioning(history.parent)  # brokers are running inside the run's namespace
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, stderr[-2000:]
+    ops = read_history(history, allow_torn_tail=False)
+    assert_complete(ops)
+    heals = [op for op in ops if op.extra.get("heal")]
+    assert {op.f for op in heals} == {"stop-kill", "stop-pause"}
+    assert processes_mentioning(history.parent) == []
+
+
+def test_sigkill_of_the_harness_takes_the_brokers_with_it_and_the_history_stays_readable(tmp_path):
+    results = tmp_path / "results"
+    proc, history = start_and_wait_for_history(
+        logquake_test("--workload", "queue", "--time-limit", "120", "--seed", "6", results=results), results)
+    proc.kill()
+    proc.communicate(timeout=60)
+    deadline = time.monotonic() + 30
+    while processes_mentioning(history.parent) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert processes_mentioning(history.parent) == []
+    ops = read_history(history)  # at most a torn last line, which the reader skips
+    assert len(ops) > 100

@@ -226,7 +226,44 @@ def scenario_combined() -> dict:
     return out
 
 
+def scenario_broker() -> dict:
+    """A real bundled broker inside the namespace: clients reach it, an nftables cut between
+    the client address and the broker stops Kafka requests, heal restores them."""
+    from confluent_kafka import Producer
+
+    from cluster.launcher import LocalCluster
+    from cluster.protocol.client import WireClient
+    from cluster.protocol.versions import ApiKey
+
+    def api_versions(control: ClusterControl) -> str:
+        try:
+            with WireClient(control.host(0), control.port(0), timeout_s=1.0) as client:
+                return str(client.request(ApiKey.API_VERSIONS, 3, client_software_name="t",
+                                          client_software_version="0").error_code.value)
+        except (TimeoutError, OSError) as error:
+            return type(error).__name__
+
+    base = tempfile.mkdtemp(prefix="logquake-broker-ns-")
+    clocks = BrokerClocks(os.path.join(base, "clocks"))
+    with LocalCluster(1, base_dir=os.path.join(base, "cluster"), extra_env=clocks.extra_env) as cluster:
+        control = ClusterControl(cluster, clocks)
+        out: dict = {"inside": inside_private_namespace()}
+        delivered: list = []
+        producer = Producer({"bootstrap.servers": control.address(0)})
+        producer.produce("ns", value=b"v", on_delivery=lambda err, msg: delivered.append(err is None))
+        producer.flush(15)
+        out["delivered"] = delivered
+        out["before"] = api_versions(control)
+        partitioner = NftPartitioner()
+        partitioner.apply(blocked=[("127.0.0.1", control.host(0))])  # the client cannot reach the broker
+        out["cut"] = api_versions(control)
+        partitioner.heal()
+        out["healed"] = api_versions(control)
+    return out
+
+
 SCENARIOS = {
+    "broker": scenario_broker,
     "combined": scenario_combined,
     "partitions": scenario_partitions,
     "one_way": scenario_one_way,

@@ -24,6 +24,7 @@ from nemeses.base import NemesisOptions
 from nemeses.clock import ClockPackage
 from nemeses.kill import KillPackage
 from nemeses.pause import PausePackage
+from tests.nemeses.sandboxed import run_scenario
 
 BROKER_CONFIG = {
     "group.initial.rebalance.delay.ms": "0",
@@ -195,3 +196,8 @@ def test_a_broker_restarted_from_a_short_lived_thread_outlives_it(cluster_contro
     time.sleep(0.5)
     assert control.is_alive(0)
     assert api_versions(control) == 0
+
+
+def test_a_real_broker_and_its_clients_share_the_private_namespace():
+    observed = run_scenario("broker")
+    assert observed == {"inside": True, "delivered": [True], "before": "0", "cut": "TimeoutError", "healed": "0"}

@@ -15,21 +15,7 @@ from pathlib import Path
 import pytest
 
 from nemeses.net.sandbox import PROJECT_ROOT, inside_private_namespace, probe, start_in_private_namespace
-
-SCENARIO_TIMEOUT_S = 120
-
-
-def run_scenario(name: str) -> dict:
-    result = subprocess.run(
-        [sys.executable, "-m", "nemeses.net.sandbox", sys.executable, "-m", "tests.nemeses.scenarios", name],
-        capture_output=True, text=True, timeout=SCENARIO_TIMEOUT_S, cwd=PROJECT_ROOT)
-    assert result.returncode == 0, f"scenario {name} failed ({result.returncode}):\n{result.stderr[-4000:]}"
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
-def links(pairs: list[list[int]]) -> set[frozenset[int]]:
-    return {frozenset(pair) for pair in pairs}
-
+from tests.nemeses.sandboxed import run_scenario
 
 def test_partitions_cut_exactly_the_listed_pairs_and_heal_restores_them():
     observed = run_scenario("partitions")

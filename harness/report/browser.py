@@ -127,11 +127,7 @@ class HeadlessChromium:
             self._session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
             for domain in ("Page", "Network", "Runtime", "Log", "Performance"):
                 self.call(f"{domain}.enable", session=True)
-            self.call(
-                "Emulation.setDeviceMetricsOverride",
-                {"width": self.width, "height": self.height, "deviceScaleFactor": 1, "mobile": False},
-                session=True,
-            )
+            self.set_viewport(self.width, self.height)
         except BaseException:
             self.close()
             raise
@@ -262,17 +258,34 @@ class HeadlessChromium:
         return errors
 
     def screenshot(self, path: str | Path, *, full_page: bool = False, top_px: float | None = None, height_px: float | None = None) -> Path:
-        """The viewport; or the whole page; or a band of the page from `top_px`."""
+        """The viewport; or the whole page; or a band of the page from `top_px`.
+
+        For the page beyond the viewport, the viewport is first made as tall as the page and
+        the page given time to settle (plotly redraws responsive plots on a resize), so the
+        capture never catches a plot half redrawn."""
         params: dict[str, Any] = {"format": "png"}
+        resized = False
         if full_page or top_px is not None:
             size = self.call("Page.getLayoutMetrics", session=True)["cssContentSize"]
+            page_height = int(size["height"]) + 1
+            self.set_viewport(self.width, max(page_height, self.height))
+            resized = True
+            self.evaluate("new Promise(done => requestAnimationFrame(() => requestAnimationFrame(() => setTimeout(done, 500))))")
             top = top_px or 0
-            height = height_px if height_px is not None else size["height"] - top
-            params.update(
-                captureBeyondViewport=True,
-                clip={"x": 0, "y": top, "width": size["width"], "height": max(min(height, size["height"] - top), 1), "scale": 1},
-            )
-        data = self.call("Page.captureScreenshot", params, session=True)["data"]
+            height = height_px if height_px is not None else page_height - top
+            params["clip"] = {"x": 0, "y": top, "width": self.width, "height": max(min(height, page_height - top), 1), "scale": 1}
+        try:
+            data = self.call("Page.captureScreenshot", params, session=True)["data"]
+        finally:
+            if resized:
+                self.set_viewport(self.width, self.height)
         target = Path(path)
         target.write_bytes(base64.b64decode(data))
         return target
+
+    def set_viewport(self, width: int, height: int) -> None:
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+            session=True,
+        )

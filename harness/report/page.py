@@ -307,7 +307,9 @@ def _figure_html(figure: FigureSpec) -> str:
     notes = "".join(f'<p class="note sampled">{esc(n)}</p>' for n in figure.notes)
     caption = f'<p class="note">{esc(figure.caption)}</p>' if figure.caption else ""
     return (
-        f'{caption}<div class="figure" id="fig-{figure.figure_id}"></div>{notes}'
+        # The explicit height keeps plotly's responsive resizing (which fills the container)
+        # from shrinking the figure to its default height when the window changes size.
+        f'{caption}<div class="figure" id="fig-{figure.figure_id}" style="height: {int(figure.layout["height"])}px"></div>{notes}'
         + json_block(f"data-{figure.figure_id}", figure.to_plotly(), data_figure=f"fig-{figure.figure_id}")
     )
 

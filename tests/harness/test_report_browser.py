@@ -124,3 +124,21 @@ def test_scripts_in_the_page_cannot_reach_a_server(opened_report, browser):
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
+
+
+def test_figures_keep_their_height_when_the_window_is_resized(opened_report, browser):
+    heights = browser.evaluate(
+        "Array.from(document.querySelectorAll('.js-plotly-plot')).map(p => [p.id, p.layout.height])"
+    )
+    try:
+        browser.set_viewport(1100, 4000)  # plotly's responsive mode re-lays out every plot
+        browser.evaluate("new Promise(done => setTimeout(done, 800))")
+        after = browser.evaluate(
+            "Array.from(document.querySelectorAll('.js-plotly-plot')).map(p => "
+            "[p.id, p._fullLayout.height, p._fullLayout.width, p.getBoundingClientRect().height])"
+        )
+    finally:
+        browser.set_viewport(browser.width, browser.height)
+    for (plot, height), (same, full_height, width, box_height) in zip(heights, after):
+        assert plot == same and full_height == height and abs(box_height - height) <= 2, plot
+        assert width < 1100

@@ -12,6 +12,17 @@ A package is a fault + its seeded schedule + its heal + its plot colour:
 
 The harness spaces the ops by the nemesis interval and records them as nemesis ops.
 `nemeses.combined.Combined` merges several packages into one schedule with quiet periods.
+
+Wiring, for a run on the bundled cluster:
+
+    ensure_private_namespace(command)            # nemeses.net.sandbox; first thing in the CLI
+    clocks = BrokerClocks(run_dir / "clocks")    # cluster.control
+    with LocalCluster(n, extra_env=clocks.extra_env) as cluster:
+        control = ClusterControl(cluster, clocks)
+        packages = build_packages(["kill", "partition"], control, NemesisOptions())
+        ops = Combined(packages).schedule(rng)   # or each package's own schedule
+        ...                                      # invoke ops; heal() every package at the end
+    control.close()                              # libfaketime's shm files, by recorded pid
 """
 
 from __future__ import annotations

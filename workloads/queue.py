@@ -167,7 +167,8 @@ class PollUnseen(Generator):
         return op, PollUnseen(nxt, self.observer, rand)
 
     def update(self, ctx: Context, event: Event) -> Generator:
-        return PollUnseen(self.gen.update(ctx, event), self.observer, self.rand)
+        nxt = self.gen.update(ctx, event)
+        return self if nxt is self.gen else PollUnseen(nxt, self.observer, self.rand)
 
 
 class FinalPolls(Generator):

@@ -83,7 +83,8 @@ class Synchronize(Generator):
         return self.gen.op(ctx)
 
     def update(self, ctx: Context, event: Event) -> Generator:
-        return Synchronize(self.gen.update(ctx, event))
+        nxt = self.gen.update(ctx, event)
+        return self if nxt is self.gen else Synchronize(nxt)
 
 
 def Phases(*gens: GeneratorLike) -> Generator:  # noqa: N802 — reads as a combinator
@@ -191,7 +192,8 @@ class Limit(Generator):
         return op, Limit._of(self.remaining - 1, nxt)
 
     def update(self, ctx: Context, event: Event) -> Generator:
-        return Limit._of(self.remaining, self.gen.update(ctx, event))
+        nxt = self.gen.update(ctx, event)
+        return self if nxt is self.gen else Limit._of(self.remaining, nxt)
 
     @staticmethod
     def _of(remaining: int, gen: Generator) -> "Limit":
@@ -228,7 +230,8 @@ class Repeat(Generator):
         return op, Repeat._of(self.gen, None if self.times is None else self.times - 1)
 
     def update(self, ctx: Context, event: Event) -> Generator:
-        return Repeat._of(self.gen.update(ctx, event), self.times)
+        nxt = self.gen.update(ctx, event)
+        return self if nxt is self.gen else Repeat._of(nxt, self.times)
 
     @staticmethod
     def _of(gen: Generator, times: int | None) -> "Repeat":
@@ -319,7 +322,8 @@ class TimeLimit(Generator):
         return op, self._with(nxt, deadline)
 
     def update(self, ctx: Context, event: Event) -> Generator:
-        return self._with(self.gen.update(ctx, event), self.deadline_ns)
+        nxt = self.gen.update(ctx, event)
+        return self if nxt is self.gen else self._with(nxt, self.deadline_ns)
 
     def _with(self, gen: Generator, deadline_ns: int | None) -> "TimeLimit":
         out = TimeLimit.__new__(TimeLimit)
@@ -353,7 +357,8 @@ class Stagger(Generator):
         return op, self._with(nxt, rand, op.time_ns + gap)
 
     def update(self, ctx: Context, event: Event) -> Generator:
-        return self._with(self.gen.update(ctx, event), self.rand, self.next_ns)
+        nxt = self.gen.update(ctx, event)
+        return self if nxt is self.gen else self._with(nxt, self.rand, self.next_ns)
 
     def _with(self, gen: Generator, rand: Rand, next_ns: int | None) -> "Stagger":
         out = Stagger.__new__(Stagger)
@@ -384,7 +389,8 @@ class Delay(Generator):
         return op, self._with(nxt, op.time_ns + self.dt_ns)
 
     def update(self, ctx: Context, event: Event) -> Generator:
-        return self._with(self.gen.update(ctx, event), self.next_ns)
+        nxt = self.gen.update(ctx, event)
+        return self if nxt is self.gen else self._with(nxt, self.next_ns)
 
     def _with(self, gen: Generator, next_ns: int | None) -> "Delay":
         out = Delay.__new__(Delay)
@@ -421,7 +427,8 @@ class OnThreads(Generator):
     def update(self, ctx: Context, event: Event) -> Generator:
         if not self.keep(ctx.thread_of(event.process)):
             return self
-        return OnThreads._of(self.keep, self.gen.update(ctx.restrict(self.keep), event))
+        nxt = self.gen.update(ctx.restrict(self.keep), event)
+        return self if nxt is self.gen else OnThreads._of(self.keep, nxt)
 
     @staticmethod
     def _of(keep: Callable[[Thread], bool], gen: Generator) -> "OnThreads":
@@ -512,8 +519,11 @@ class EachThread(Generator):
         gen = self.gens[thread] if thread in self.gens else lift(self.factory(thread))
         if gen is None:
             return self
+        nxt = gen.update(ctx.only(thread), event)
+        if nxt is gen and thread in self.gens:
+            return self
         gens = dict(self.gens)
-        gens[thread] = gen.update(ctx.only(thread), event)
+        gens[thread] = nxt
         return EachThread(self.factory, _gens=gens, _turn=self.turn)
 
 
@@ -534,7 +544,8 @@ class Map(Generator):
         return (op if op is PENDING else self.fn(op)), Map(self.fn, nxt)
 
     def update(self, ctx: Context, event: Event) -> Generator:
-        return Map(self.fn, self.gen.update(ctx, event))
+        nxt = self.gen.update(ctx, event)
+        return self if nxt is self.gen else Map(self.fn, nxt)
 
 
 class _StreamSource:
@@ -604,4 +615,5 @@ class Observe(Generator):
 
     def update(self, ctx: Context, event: Event) -> Generator:
         self.observer.observe(event)
-        return Observe(self.observer, self.gen.update(ctx, event))
+        nxt = self.gen.update(ctx, event)
+        return self if nxt is self.gen else Observe(self.observer, nxt)

@@ -1,0 +1,212 @@
+"""G0, G1c and their -realtime variants: dependency edges built and pruned in Spark, then
+strongly connected components and cycle search with networkx on the driver.
+
+Vertices are completed send/poll/txn ops (ok, info and fail, as in Jepsen). Edges:
+  ww  writer of the value just before v in the version order → writer of v (if ww_deps)
+  wr  writer of v → every op that read v
+  rt  A completed before B was invoked (Elle's realtime order, transitively reduced; an
+      info op never completes, so it precedes nothing)
+Jepsen never built rw edges, so G-single/G2/G1b cannot appear; neither do they here.
+
+Pruning, before anything leaves Spark (with plain consumers the full graph is one giant
+component, reference/pyspark.md §4):
+  * a read-only op has no data out-edge, so without realtime it cannot be on a cycle: wr
+    edges are kept only into ops that also write;
+  * an op writing one key and reading nothing can only pass a cycle along that key's ww
+    chain, so ww chains are kept only for keys written by an op that writes two keys or
+    also reads ("linking" ops); with no linking op nothing is collected;
+  * realtime cycles: every cycle with an rt edge also has a data edge X→Y whose target
+    completed before its source was invoked, or runs through the kept subgraph; such
+    "backward" edges (over all keys, read-only readers included) are found in Spark, and
+    their ops join the vertices. Realtime edges are then built on the driver among the
+    collected vertices only. A realtime cycle through read-only ops that uses no backward
+    edge is therefore not searched.
+Each strongly connected component reports its most serious cycle: G0 (ww only), else G1c
+(ww/wr with a wr edge), else a cycle through a realtime edge, named G0-realtime or
+G1c-realtime by whether it has a wr edge.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from checkers.frames import RUN, Frames
+
+MAX_CYCLE_SEARCHES_PER_SCC = 64
+
+
+@dataclass
+class Cycle:
+    anomaly: str
+    ops: list[int]
+    steps: list[dict[str, Any]]
+
+
+@dataclass
+class CycleReport:
+    cycles: list[Cycle] = field(default_factory=list)
+    vertices: int = 0
+    edges: int = 0
+
+
+def _writer_of(fr: Frames) -> DataFrame:
+    return fr.writes.groupBy(RUN, "key", "value").agg(F.min("op_index").alias("writer"))
+
+
+def data_edges(fr: Frames) -> DataFrame:
+    """All ww and wr edges: run, src, dst, rel, key, value. (Runs without ww-deps drop the ww
+    edges on the driver, so one job serves runs of both kinds.)"""
+    writer = _writer_of(fr)
+    wr = (fr.reads.select(RUN, "key", "value", F.col("op_index").alias("dst")).distinct()
+          .join(writer, [RUN, "key", "value"])
+          .select(RUN, F.col("writer").alias("src"), "dst", F.lit("wr").alias("rel"), "key", "value")
+          .where(F.col("src") != F.col("dst")))
+    prev_slot = fr.slots.select(RUN, "key", (F.col("idx") + 1).alias("idx"), F.col("rep").alias("prev_value"))
+    ww = (fr.by_value.join(prev_slot, [RUN, "key", "idx"])
+          .join(writer, [RUN, "key", "value"])
+          .join(writer.select(RUN, "key", F.col("value").alias("prev_value"), F.col("writer").alias("src")),
+                [RUN, "key", "prev_value"])
+          .select(RUN, "src", F.col("writer").alias("dst"), F.lit("ww").alias("rel"), "key", "value")
+          .where(F.col("src") != F.col("dst")))
+    return ww.unionByName(wr)
+
+
+def pruned_edges(fr: Frames) -> DataFrame:
+    edges = data_edges(fr)
+    write_keys = fr.writes.groupBy(RUN, "op_index").agg(F.countDistinct("key").alias("n_keys"))
+    readers = fr.reads.select(RUN, "op_index").distinct()
+    linking = (write_keys.join(readers.withColumn("reads", F.lit(True)), [RUN, "op_index"], "left")
+               .where((F.col("n_keys") > 1) | F.col("reads").isNotNull()).select(RUN, "op_index"))
+    linked_keys = fr.writes.join(linking, [RUN, "op_index"], "left_semi").select(RUN, "key").distinct()
+    writer_ops = fr.writes.select(RUN, F.col("op_index").alias("dst")).distinct()
+    kept_ww = edges.where(F.col("rel") == "ww").join(linked_keys, [RUN, "key"], "left_semi")
+    kept_wr = edges.where(F.col("rel") == "wr").join(writer_ops, [RUN, "dst"], "left_semi")
+    ops = fr.ops.select(RUN, "op_index", "invoke_index", "type")
+    times = edges.join(ops.select(RUN, F.col("op_index").alias("src"), F.col("invoke_index").alias("src_invoke")),
+                       [RUN, "src"])
+    times = times.join(ops.select(RUN, F.col("op_index").alias("dst"), F.col("type").alias("dst_type")), [RUN, "dst"])
+    backward = (times.where((F.col("dst_type") != "info") & (F.col("dst") < F.col("src_invoke")))
+                .select(*edges.columns))
+    return kept_ww.unionByName(kept_wr).unionByName(backward).distinct()
+
+
+def collect_graphs(fr: Frames) -> dict[str, tuple[list[tuple], dict[int, tuple[int, str]]]]:
+    """run → (edges [(src, dst, rel, key, value)], vertices {op: (invoke_index, type)})."""
+    edges = pruned_edges(fr)
+    ops = fr.ops.select(RUN, "op_index", "invoke_index", "type")
+    ends = (edges.select(RUN, F.col("src").alias("op_index"))
+            .unionByName(edges.select(RUN, F.col("dst").alias("op_index"))).distinct())
+    tagged = (edges.select(RUN, F.lit("e").alias("kind"), "src", "dst", "rel", "key", "value",
+                           F.lit(None).cast("long").alias("invoke_index"), F.lit(None).cast("string").alias("type"))
+              .unionByName(ends.join(ops, [RUN, "op_index"]).select(
+                  RUN, F.lit("v").alias("kind"), F.col("op_index").alias("src"), F.lit(None).cast("long").alias("dst"),
+                  F.lit(None).cast("string").alias("rel"), F.lit(None).cast("long").alias("key"),
+                  F.lit(None).cast("long").alias("value"), "invoke_index", "type")))
+    out: dict[str, tuple[list[tuple], dict[int, tuple[int, str]]]] = defaultdict(lambda: ([], {}))
+    for row in tagged.toLocalIterator():
+        entry = out[row["run"]]
+        if row["kind"] == "e":
+            entry[0].append((row["src"], row["dst"], row["rel"], row["key"], row["value"]))
+        else:
+            entry[1][row["src"]] = (row["invoke_index"], row["type"])
+    return dict(out)
+
+
+def realtime_edges(vertices: dict[int, tuple[int, str]]) -> list[tuple[int, int]]:
+    """Elle's transitively reduced realtime order among `vertices` (op → (invoke index, type)):
+    A → B when A completed (its op index) before B was invoked. A completed op stays on the
+    frontier until some later op it precedes completes, which then covers it."""
+    events: list[tuple[int, int, int]] = []  # (history index, 0 = completion / 1 = invocation, op)
+    for op, (invoke_index, typ) in vertices.items():
+        events.append((invoke_index, 1, op))
+        if typ != "info":
+            events.append((op, 0, op))
+    events.sort()
+    frontier: set[int] = set()
+    preceded_by: dict[int, list[int]] = {}
+    edges: list[tuple[int, int]] = []
+    for _, kind, op in events:
+        if kind == 1:
+            preceded_by[op] = list(frontier)
+            edges.extend((a, op) for a in frontier)
+        else:
+            frontier.difference_update(preceded_by.get(op, ()))
+            frontier.add(op)
+    return edges
+
+
+def _shortest_cycle_through(graph: nx.DiGraph, edges: list[tuple[int, int]]) -> list[int] | None:
+    best: list[int] | None = None
+    for u, v in edges[:MAX_CYCLE_SEARCHES_PER_SCC]:
+        try:
+            path = nx.shortest_path(graph, v, u)
+        except nx.NetworkXNoPath:
+            continue
+        cycle = [u] + path  # u → v → ... → u
+        if best is None or len(cycle) < len(best):
+            best = cycle
+    return best
+
+
+def search(edges: list[tuple], vertices: dict[int, tuple[int, str]], *, ww_deps: bool = True,
+           realtime: bool = True) -> CycleReport:
+    graph = nx.DiGraph()
+    facts: dict[tuple[int, int], dict[str, tuple[int, int]]] = defaultdict(dict)
+    for src, dst, rel, key, value in edges:
+        if rel == "ww" and not ww_deps:
+            continue
+        facts[(src, dst)].setdefault(rel, (key, value))
+    rt = realtime_edges(vertices) if realtime else []
+    for a, b in rt:
+        facts[(a, b)].setdefault("rt", (None, None))
+    for (src, dst), rels in facts.items():
+        graph.add_edge(src, dst, rels=frozenset(rels))
+    report = CycleReport(vertices=graph.number_of_nodes(), edges=graph.number_of_edges())
+    for scc in nx.strongly_connected_components(graph):
+        if len(scc) < 2:
+            continue
+        sub = graph.subgraph(scc)
+
+        def only(allowed: set[str]) -> nx.DiGraph:
+            return nx.subgraph_view(sub, filter_edge=lambda a, b: bool(sub[a][b]["rels"] & allowed))
+
+        cycle = None
+        anomaly = None
+        ww_only = only({"ww"})
+        ww_edges = [(a, b) for a, b in ww_only.edges]
+        if ww_edges:
+            cycle = _shortest_cycle_through(ww_only, ww_edges)
+            anomaly = "G0" if cycle else None
+        if cycle is None:
+            data = only({"ww", "wr"})
+            wr_edges = [(a, b) for a, b in sub.edges if "wr" in sub[a][b]["rels"]]
+            cycle = _shortest_cycle_through(data, wr_edges)
+            anomaly = "G1c" if cycle else None
+        if cycle is None:
+            rt_edges = [(a, b) for a, b in sub.edges if sub[a][b]["rels"] == {"rt"}]
+            cycle = _shortest_cycle_through(sub, rt_edges)
+            if cycle:
+                rels = [sub[a][b]["rels"] for a, b in zip(cycle, cycle[1:])]
+                anomaly = "G1c-realtime" if any("wr" in r and "ww" not in r for r in rels) else "G0-realtime"
+        if cycle and anomaly:
+            report.cycles.append(Cycle(anomaly, cycle[:-1], _steps(sub, facts, cycle)))
+    return report
+
+
+def _steps(graph: nx.DiGraph, facts: dict, cycle: list[int]) -> list[dict[str, Any]]:
+    steps = []
+    for a, b in zip(cycle, cycle[1:]):
+        rels = facts[(a, b)]
+        rel = next(r for r in ("ww", "wr", "rt") if r in rels)
+        key, value = rels[rel]
+        step: dict[str, Any] = {"from": a, "to": b, "rel": rel}
+        if rel != "rt":
+            step.update(key=key, value=value)
+        steps.append(step)
+    return steps

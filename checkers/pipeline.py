@@ -1,0 +1,210 @@
+"""Parquet histories in, one CheckResult per run out.
+
+All per-record checks of all runs go into one Spark job (their outputs share one shape and
+are unioned, ranked per (run, anomaly) and cut to the witnesses kept), the dependency graph
+is a second collection, and run statistics a third; so one history or a thousand cost about
+the same fixed overhead. A check that fails is retried alone so the others still report;
+its error makes the verdict "unknown", never a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import traceback
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from checkers import cycles
+from checkers.claims import ClaimInputs, claims_for, classify
+from checkers.delivery import DELIVERY_CHECKS
+from checkers.explain import explain
+from checkers.frames import RUN, Frames, build_frames, load_history, persist, unpersist
+from checkers.kafka import KAFKA_CHECKS
+from checkers.result import Anomaly, CheckerError, CheckResult, Witness, merge_valid
+
+MAX_WITNESSES = 8
+HISTORY_PARQUET = "history.parquet"
+# Checks that do not apply to a workload: in delivery runs consumers process rather than
+# poll, so "never polled" says nothing; `unprocessed` judges them instead.
+NOT_APPLICABLE: dict[str, frozenset[str]] = {"delivery": frozenset({"unseen"})}
+
+CheckFn = Callable[[Frames], "DataFrame | list[DataFrame]"]
+ALL_CHECKS: dict[str, CheckFn] = {**KAFKA_CHECKS, **DELIVERY_CHECKS}
+
+
+def history_paths(source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
+    """A run directory (its history.parquet/), a Parquet directory or file, or a list of them."""
+    items = [source] if isinstance(source, (str, os.PathLike)) else list(source)
+    out = []
+    for item in items:
+        path = Path(item)
+        if (path / HISTORY_PARQUET).is_dir():
+            path = path / HISTORY_PARQUET
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: no such history (expected a run directory with {HISTORY_PARQUET}/ "
+                                    "or a Parquet path)")
+        out.append(str(path))
+    return out
+
+
+def _ranked(frames: list[DataFrame]) -> DataFrame:
+    union = frames[0]
+    for df in frames[1:]:
+        union = union.unionByName(df)
+    # The union has (checks × shuffle partitions) partitions of mostly nothing; merge them
+    # before ranking rather than schedule a task for each.
+    union = union.coalesce(max(1, union.sparkSession.sparkContext.defaultParallelism))
+    w = Window.partitionBy(RUN, "anomaly")
+    ordered = w.orderBy("sort", "detail")
+    return (union.select("*", F.row_number().over(ordered).alias("rank"), F.count(F.lit(1)).over(w).alias("count"))
+            .where(F.col("rank") <= MAX_WITNESSES))
+
+
+def _build(name: str, fn: CheckFn, fr: Frames) -> list[DataFrame]:
+    out = fn(fr)
+    return out if isinstance(out, list) else [out]
+
+
+def _collect_anomalies(fr: Frames, errors: list[CheckerError]) -> list[Any]:
+    built: dict[str, list[DataFrame]] = {}
+    for name, fn in ALL_CHECKS.items():
+        try:
+            built[name] = _build(name, fn, fr)
+        except Exception as exc:  # a check that cannot even be planned
+            errors.append(CheckerError(name, _describe(exc)))
+    if not built:
+        return []
+    try:
+        return _ranked([df for dfs in built.values() for df in dfs]).collect()
+    except Exception:
+        rows: list[Any] = []
+        for name, dfs in built.items():
+            try:
+                rows.extend(_ranked(dfs).collect())
+            except Exception as exc:
+                errors.append(CheckerError(name, _describe(exc)))
+        return rows
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    head = text[0] if text else ""
+    return f"{type(exc).__name__}: {head}"[:2000]
+
+
+def check_runs(source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+               inputs: ClaimInputs | Mapping[str, ClaimInputs], spark: SparkSession,
+               *, realtime: bool = True) -> dict[str, CheckResult]:
+    """Check every run in the given Parquet histories in one job; run id → CheckResult.
+
+    `inputs` is one ClaimInputs for all runs or a mapping run id → ClaimInputs.
+    """
+    started = time.perf_counter()
+    history = load_history(spark, history_paths(source))
+    fr = persist(build_frames(history))
+    try:
+        return _check(history, fr, inputs, realtime=realtime, started=started)
+    finally:
+        unpersist(fr)
+
+
+def _check(history: DataFrame, fr: Frames, inputs: ClaimInputs | Mapping[str, ClaimInputs], *, realtime: bool,
+           started: float) -> dict[str, CheckResult]:
+    job_errors: list[CheckerError] = []
+
+    stats_rows = (history.groupBy(RUN, "f", "type")
+                  .agg(F.countDistinct("op_index").alias("ops"), F.count(F.lit(1)).alias("rows")).collect())
+    stats: dict[str, dict[str, Any]] = defaultdict(lambda: {"ops": 0, "rows": 0, "ok_ops": 0, "by_f": {}})
+    for row in stats_rows:
+        s = stats[row["run"]]
+        s["ops"] += row["ops"]
+        s["rows"] += row["rows"]
+        if row["type"] == "ok":
+            s["ok_ops"] += row["ops"]
+        s["by_f"].setdefault(row["f"], {})[row["type"]] = row["ops"]
+
+    rows = _collect_anomalies(fr, job_errors)
+    by_run: dict[str, dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
+    for row in rows:
+        by_run[row["run"]][row["anomaly"]].append(row)
+
+    graph_errors: list[CheckerError] = []
+    graphs: dict[str, tuple[list[tuple], dict[int, tuple[int, str]]]] = {}
+    try:
+        graphs = cycles.collect_graphs(fr)
+    except Exception as exc:
+        graph_errors.append(CheckerError("cycles", _describe(exc)))
+
+    results: dict[str, CheckResult] = {}
+    for run in sorted(stats):
+        run_inputs = inputs if isinstance(inputs, ClaimInputs) else inputs.get(run)
+        if run_inputs is None:
+            results[run] = CheckResult(valid="unknown", errors=[CheckerError("claims", f"no claim inputs for run {run!r}")],
+                                       stats=stats[run])
+            continue
+        errors = list(job_errors) + list(graph_errors)
+        found: dict[str, tuple[int, list[Witness]]] = {}
+        for name, anomaly_rows in by_run.get(run, {}).items():
+            anomaly_rows.sort(key=lambda r: r["rank"])
+            found[name] = (anomaly_rows[0]["count"],
+                           [Witness(op_indices=list(r["op_indices"]), detail=json.loads(r["detail"]))
+                            for r in anomaly_rows])
+        if run in graphs:
+            try:
+                edges, vertices = graphs[run]
+                report = cycles.search(edges, vertices, ww_deps=run_inputs.ww_deps, realtime=realtime)
+                stats[run]["graph_vertices"] = report.vertices
+                stats[run]["graph_edges"] = report.edges
+                per_type: dict[str, list[cycles.Cycle]] = defaultdict(list)
+                for cycle in report.cycles:
+                    per_type[cycle.anomaly].append(cycle)
+                for name, found_cycles in per_type.items():
+                    found_cycles.sort(key=lambda c: (len(c.ops), c.ops))
+                    found[name] = (len(found_cycles), [Witness(op_indices=c.ops, detail={"steps": c.steps})
+                                                       for c in found_cycles[:MAX_WITNESSES]])
+            except Exception as exc:
+                errors.append(CheckerError("cycles", _describe(exc) + "\n" + traceback.format_exc(limit=3)))
+        results[run] = _result(run_inputs, found, errors, stats[run])
+    elapsed = time.perf_counter() - started
+    for result in results.values():
+        result.stats["check_s"] = round(elapsed, 3)
+    return results
+
+
+def _result(inputs: ClaimInputs, found: dict[str, tuple[int, list[Witness]]], errors: list[CheckerError],
+            stats: dict[str, Any]) -> CheckResult:
+    claims = claims_for(inputs)
+    skip = NOT_APPLICABLE.get(inputs.workload, frozenset())
+    anomalies = []
+    for name in sorted(found):
+        if name in skip:
+            continue
+        count, witnesses = found[name]
+        allowed, violated = classify(name, inputs, claims)
+        anomalies.append(Anomaly(name=name, count=count, allowed=allowed, explanation=explain(name),
+                                 witnesses=witnesses, violates=violated))
+    if stats.get("ok_ops", 0) == 0:
+        errors = errors + [CheckerError("history", "no client operation completed ok: nothing to judge")]
+    verdicts = [False if not a.allowed else True for a in anomalies]
+    verdicts += ["unknown"] * len(errors)
+    return CheckResult(valid=merge_valid(verdicts), claims=claims, anomalies=anomalies, errors=errors, stats=stats)
+
+
+def check_run(source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], inputs: ClaimInputs,
+              spark: SparkSession, *, realtime: bool = True) -> CheckResult:
+    """Check the one run in `source` (a run directory or Parquet path(s))."""
+    try:
+        results = check_runs(source, inputs, spark, realtime=realtime)
+    except Exception as exc:
+        return CheckResult(valid="unknown", claims=claims_for(inputs),
+                           errors=[CheckerError("pipeline", _describe(exc))])
+    if len(results) != 1:
+        return CheckResult(valid="unknown", claims=claims_for(inputs),
+                           errors=[CheckerError("pipeline", f"expected one run in {source}, found {sorted(results)}")])
+    return next(iter(results.values()))

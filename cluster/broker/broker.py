@@ -44,6 +44,9 @@ class Broker:
         self.rng = rng
         self.topics = TopicRegistry(disk, config.data_dir)
         self.partitions: dict[TopicPartition, Partition] = {}
+        # Internal-topic partitions never written yet: opened on first use, so that a start
+        # (and every restart in a fault run) does not pay for dozens of empty logs.
+        self._unopened: set[TopicPartition] = set()
         self.producer_ids = ProducerIdAllocator(disk, config.data_dir, config.producer_id_block_size)
         self.groups = GroupCoordinator(config, clock, scheduler, rng, self._persist_offsets, self._persist_group)
         self._timers: list[TimerHandle] = []
@@ -86,7 +89,7 @@ class Broker:
         self._running = True
         self._schedule_repeating(self.config.log_flush_scheduler_interval_ms, self._flush_due_logs)
         self._schedule_repeating(self.config.log_retention_check_interval_ms, self._apply_retention)
-        log.info("broker %d started with %d topics, %d partitions", self.config.broker_id, len(self.topics.all()), len(self.partitions))
+        log.info("broker %d started with %d topics, %d partitions", self.config.broker_id, len(self.topics.all()), len(self.partitions) + len(self._unopened))
 
     def shutdown(self) -> None:
         """Clean shutdown: stop timers, flush and close every log."""
@@ -130,11 +133,17 @@ class Broker:
         return f"{self.config.data_dir}/{tp.topic}-{tp.partition}"
 
     def _open_partitions(self, info: TopicInfo) -> None:
-        config = self.log_config_for(info)
-        for index, epoch in enumerate(info.leader_epochs):
+        for index in range(info.num_partitions):
             tp = TopicPartition(info.name, index)
-            partition_log = PartitionLog.open(self.disk, self._partition_dir(tp), config, now_ms=self.clock.wall_ms())
-            self.partitions[tp] = Partition(tp, partition_log, epoch, self.config.broker_id)
+            if info.is_internal and not self.disk.exists(self._partition_dir(tp)):
+                self._unopened.add(tp)
+            else:
+                self._open_partition(info, tp)
+
+    def _open_partition(self, info: TopicInfo, tp: TopicPartition) -> Partition:
+        partition_log = PartitionLog.open(self.disk, self._partition_dir(tp), self.log_config_for(info), now_ms=self.clock.wall_ms())
+        partition = self.partitions[tp] = Partition(tp, partition_log, info.leader_epochs[tp.partition], self.config.broker_id)
+        return partition
 
     # ---- dispatch ------------------------------------------------------------------------
 
@@ -150,7 +159,12 @@ class Broker:
         return Response([encode_response(request.api_key, request.api_version, request.correlation_id, body)])
 
     def partition(self, topic: str, index: int) -> Partition | None:
-        return self.partitions.get(TopicPartition(topic, index))
+        tp = TopicPartition(topic, index)
+        partition = self.partitions.get(tp)
+        if partition is None and tp in self._unopened:
+            self._unopened.discard(tp)
+            partition = self._open_partition(self.topics.by_name(topic), tp)  # type: ignore[arg-type]
+        return partition
 
     # ---- ApiVersions, Metadata -----------------------------------------------------------
 
@@ -219,7 +233,9 @@ class Broker:
 
     def offsets_partition_for(self, group_id: str) -> Partition:
         index = partition_for_group(group_id, self.topics.by_name(OFFSETS_TOPIC).num_partitions)  # type: ignore[union-attr]
-        return self.partitions[TopicPartition(OFFSETS_TOPIC, index)]
+        partition = self.partition(OFFSETS_TOPIC, index)
+        assert partition is not None, f"{OFFSETS_TOPIC}-{index} is missing"
+        return partition
 
     def _persist_offsets(self, group_id: str, offsets: list[OffsetToCommit], now_ms: int) -> None:
         self.offsets_partition_for(group_id).append_internal(

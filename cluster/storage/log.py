@@ -474,7 +474,8 @@ class PartitionLog:
         if self._recovery_point > offset:
             self._recovery_point = offset
         self._write_recovery_point()
-        for later in self._segments[segment_index + 1 :]:
+        # Newest first: a crash part way through leaves a shorter log, never one with a hole.
+        for later in reversed(self._segments[segment_index + 1 :]):
             self._size_bytes -= later.size_bytes
             later.delete()
         del self._segments[segment_index + 1 :]
@@ -499,7 +500,7 @@ class PartitionLog:
         self._write_recovery_point()
         self._log_start_offset = offset
         self._write_offset_file(LOG_START_OFFSET_FILE, offset)
-        for segment in self._segments:
+        for segment in reversed(self._segments):
             segment.delete()
         self._segments = [self._new_segment(offset, now_ms)]
         self._bases = [offset]

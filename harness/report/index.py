@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import os
+import threading
 from collections import Counter
 from pathlib import Path
 from urllib.parse import quote
@@ -89,7 +90,7 @@ def write_index(results_root: str | os.PathLike[str]) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     text = render_index(store.list_runs(root))
     target = root / store.INDEX_FILE
-    temporary = root / f".{store.INDEX_FILE}.{os.getpid()}.tmp"
+    temporary = root / f".{store.INDEX_FILE}.{os.getpid()}.{threading.get_ident()}.tmp"
     temporary.write_text(text, encoding="utf-8")
     os.replace(temporary, target)
     return target

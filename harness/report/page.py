@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -479,7 +480,7 @@ def write_report(run_dir: str | os.PathLike[str]) -> Path:
         raise store.StoreError(f"{run} holds neither spec.json nor history.jsonl: it is not a run directory")
     text = render_report(load_run(run))
     target = run / store.REPORT_FILE
-    temporary = run / f".{store.REPORT_FILE}.{os.getpid()}.tmp"
+    temporary = run / f".{store.REPORT_FILE}.{os.getpid()}.{threading.get_ident()}.tmp"
     temporary.write_text(text, encoding="utf-8")
     os.replace(temporary, target)
     return target

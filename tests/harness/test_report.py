@@ -4,7 +4,6 @@ What a browser shows is in test_report_browser.py."""
 
 from __future__ import annotations
 
-import argparse
 import base64
 import hashlib
 import json
@@ -23,7 +22,7 @@ from harness.report import cli as report_cli
 from harness.report import write_index, write_report
 from harness.report.digest import digest_history, timeline_windows
 from harness.report.faults import FaultTracker
-from harness.report.figures import MAX_LATENCY_POINTS, all_figures
+from harness.report.figures import MAX_LATENCY_POINTS
 from harness.report.opformat import describe_op
 from tests.harness.test_report_support import (
     LOST_KEY,

@@ -125,3 +125,13 @@ def test_serve_refuses_a_missing_results_directory_and_a_bad_port(tmp_path):
         [sys.executable, "-m", "harness.serve", "--port", "70000"], cwd=REPO, capture_output=True, text=True, timeout=60
     )
     assert bad_port.returncode == 254 and "not between 0 and 65535" in bad_port.stderr
+
+
+def test_concurrent_requests_for_the_index_all_succeed(server, results):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        answers = list(pool.map(lambda _: _get(server + "/"), range(12)))
+    assert all(status == 200 and b'data-verdict="invalid"' in body for status, _, body in answers)
+    root, _, _ = results
+    assert not list(root.glob(".index.html.*")), "temporary index files left behind"

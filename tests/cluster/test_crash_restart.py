@@ -114,3 +114,26 @@ def test_crash_mode_loses_exactly_the_unflushed_tail(make_cluster) -> None:
         assert more.values() == [f"k0:{n}" for n in range(3999, 4099)]
     finally:
         c.close()
+
+
+def test_a_consumer_alive_across_the_crash_carries_on_without_gaps_or_repeats(cluster) -> None:
+    """The restart bumps every leader epoch; librdkafka then validates its position with
+    OffsetForLeaderEpoch (KIP-320). Correct epoch answers mean no reset, no re-read, no gap."""
+    bootstrap = cluster.bootstrap_servers
+    create_topic(bootstrap, "stream", 2)
+    assert produce_numbered(bootstrap, "stream", 5000, 4, {"acks": "all", "enable.idempotence": True}) == []
+    c = consumer(bootstrap, "followers", {"auto.offset.reset": "error"})
+    try:
+        c.assign([TopicPartition("stream", p, 0) for p in range(2)])
+        seen = Consumed()
+        drain(c, 5000, seen, commit_every=10**9)
+        cluster.kill(0)
+        cluster.start(0)
+        assert produce_numbered(bootstrap, "stream", 5000, 4, {"acks": "all", "enable.idempotence": True}, start=5000) == []
+        drain(c, 10_000, seen, commit_every=10**9)
+        check_exactly(seen.values(), range(10_000), 4)
+        for p in range(2):
+            offsets = [o for q, o, _, _ in seen.records if q == p]
+            assert offsets == list(range(len(offsets))), f"partition {p}: offsets not contiguous from 0"
+    finally:
+        c.close()

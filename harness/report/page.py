@@ -19,7 +19,7 @@ from urllib.parse import quote
 
 from checkers.result import Anomaly, CheckResult
 from harness.history import HistoryFormatError, Op
-from harness.report.digest import HistoryDigest, digest_history
+from harness.report.digest import OUTCOMES, HistoryDigest, digest_history
 from harness.report.figures import FigureSpec, all_figures
 from harness.report.htmlpage import asset_text, json_block, plotly_js, render_page
 from harness.report.opformat import describe_action, describe_op
@@ -125,6 +125,12 @@ def _header(material: RunMaterial) -> str:
     digest = material.digest
     if digest:
         facts.append(f"{digest.op_count:,} history ops over {digest.duration_s:.1f} s")
+        outcomes = digest.client_ops.outcome
+        counts = [(name, int((outcomes == code).sum())) for code, name in enumerate(OUTCOMES)]
+        facts.append(
+            f"{len(outcomes):,} client operations: "
+            + ", ".join(f"{count:,} {'never completed' if name == 'open' else name}" for name, count in counts if count)
+        )
     name = spec.get("name") or run.parent.name
     return (
         f'<header class="run"><h1>logquake: {esc(name)}</h1>'

@@ -344,3 +344,9 @@ def test_cycle_witnesses_read_like_elle_explanations(tmp_path):
     assert "<li>T1 &lt; T2: T1 wrote k1=5, which T2 read</li>" in html
     assert "<li>T2 &lt; T1: T2 wrote to k2 just before T1 wrote 7 there (version order)</li>" in html
     assert "<dt>steps</dt>" not in html
+
+
+def test_the_header_counts_operations_by_outcome(lost_write_report):
+    _, _, html = lost_write_report
+    facts = re.search(r'<p class="facts">(.*?)</p>', html).group(1)
+    assert re.search(r"[\d,]+ client operations: [\d,]+ ok, 1 info$", facts), facts

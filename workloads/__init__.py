@@ -1,5 +1,8 @@
 """Workloads: what clients do during a run, and the claims each workload tests.
 
-queue (Jepsen's Kafka queue), delivery (group consumers with commit modes), transactional.
-clients/ holds the Kafka client adapters (confluent-kafka in real mode, our own in sim mode).
+queue (Jepsen's Kafka queue: send/poll/assign/subscribe over rotating keys) and delivery
+(group consumers that process and commit, at-most-once or at-least-once). registry names
+them; each exposes build(spec, bootstrap_servers) -> base.Workload. clients/ holds the
+confluent-kafka adapters that turn micro-ops into client calls and Kafka errors into
+Jepsen outcomes.
 """

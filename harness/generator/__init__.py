@@ -20,6 +20,7 @@ from harness.generator.core import (
     PENDING,
     Completion,
     Context,
+    Event,
     Generator,
     Invocation,
     lift,
@@ -53,7 +54,7 @@ from harness.generator.prng import Rand, derive_seed
 from harness.generator.simulate import simulate
 
 __all__ = [
-    "PENDING", "Completion", "Context", "Generator", "Invocation", "lift",
+    "PENDING", "Completion", "Context", "Event", "Generator", "Invocation", "lift",
     "Any", "Cycle", "Delay", "EachThread", "FlipFlop", "Limit", "Log", "Map", "Mix",
     "Observe", "OnThreads", "Phases", "Repeat", "Seq", "Sleep", "Stagger", "Stream",
     "Synchronize", "TimeLimit", "clients", "nemesis", "once", "with_nemesis",

@@ -146,10 +146,10 @@ def test_same_seed_gives_the_same_invocations_per_thread(cluster, tmp_path):
         return out
 
     # poll_unseen feeds results back into assign ops; turn it off so invocations depend on the seed alone.
-    a = per_thread(run_workload(cluster, spec_for(cluster, 21, poll_unseen="false"), tmp_path, "a", 90))
-    b = per_thread(run_workload(cluster, spec_for(cluster, 21, poll_unseen="false"), tmp_path, "b", 90))
-    c = per_thread(run_workload(cluster, spec_for(cluster, 22, poll_unseen="false"), tmp_path, "c", 90))
+    a = per_thread(run_workload(cluster, spec_for(cluster, 21, poll_unseen="false"), tmp_path, "a", 150))
+    b = per_thread(run_workload(cluster, spec_for(cluster, 21, poll_unseen="false"), tmp_path, "b", 150))
+    c = per_thread(run_workload(cluster, spec_for(cluster, 22, poll_unseen="false"), tmp_path, "c", 150))
     for thread in range(3):
         n = min(len(a[thread]), len(b[thread]))
-        assert n > 10 and a[thread][:n] == b[thread][:n]
+        assert n >= 5 and a[thread][:n] == b[thread][:n]
     assert a != c

@@ -137,3 +137,29 @@ def test_a_consumer_alive_across_the_crash_carries_on_without_gaps_or_repeats(cl
             assert offsets == list(range(len(offsets))), f"partition {p}: offsets not contiguous from 0"
     finally:
         c.close()
+
+
+def test_a_live_consumer_detects_the_lost_tail_through_leader_epochs(make_cluster) -> None:
+    """After a power-loss crash the log ends below the consumer's position. The bumped epoch
+    and a correct OffsetForLeaderEpoch answer (epoch 0 ended at the new log end) let
+    librdkafka see the truncation and resume exactly there: new records are neither skipped
+    nor preceded by a re-read of the surviving prefix."""
+    cluster = make_cluster(config={"log.crash.lose.unflushed": "true"})
+    bootstrap = cluster.bootstrap_servers
+    create_topic(bootstrap, "volatile", 1, {"flush.messages": "1000"})
+    _produce_and_flush(bootstrap, 0, 1000)  # fsynced
+    _produce_and_flush(bootstrap, 1000, 500)  # lost in the crash
+    c = consumer(bootstrap, "watchers")
+    try:
+        c.assign([TopicPartition("volatile", 0, 0)])
+        seen = Consumed()
+        drain(c, 1500, seen, commit_every=10**9)
+        cluster.kill(0)
+        cluster.start(0)
+        _produce_and_flush(bootstrap, 2000, 100)  # written at offsets 1000..1099
+        after = Consumed()
+        drain(c, 100, after, commit_every=10**9, idle_timeout_s=10)
+        assert [o for _, o, _, _ in after.records] == list(range(1000, 1100))
+        assert after.values() == [f"k0:{n}" for n in range(2000, 2100)]
+    finally:
+        c.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -40,6 +41,7 @@ class EchoProcess:
 class EchoCluster:
     def __init__(self, count: int, *, base_dir: str | None = None,
                  extra_env: Callable[[int], dict[str, str]] | None = None) -> None:
+        self._own_base_dir = base_dir is None
         self.base_dir = base_dir or tempfile.mkdtemp(prefix="logquake-echo-")
         self._extra_env = extra_env
         self.brokers = [EchoProcess(i, f"127.0.0.{10 + i}", 0, os.path.join(self.base_dir, f"echo-{i}"),
@@ -111,8 +113,12 @@ class EchoCluster:
         self._signal(broker_id, signal.SIGCONT)
 
     def close(self) -> None:
-        for broker in self.brokers:
-            self.kill(broker.broker_id)
+        try:
+            for broker in self.brokers:
+                self.kill(broker.broker_id)
+        finally:
+            if self._own_base_dir:
+                shutil.rmtree(self.base_dir, ignore_errors=True)
 
 
 def ask(host: str, port: int, line: str, timeout_s: float = 2.0) -> str:

@@ -165,8 +165,8 @@ def scenario_kill() -> dict:
 
 def scenario_hold() -> dict:
     """For the SIGKILL test: brokers under libfaketime, a partition in force; print what
-    exists, then wait to be killed."""
-    base = tempfile.mkdtemp(prefix="logquake-hold-")
+    exists, then wait to be killed. Files go in the directory named by the second argument."""
+    base = sys.argv[2]  # the test's own temporary directory: this process dies by SIGKILL
     clocks = BrokerClocks(os.path.join(base, "clocks"))
     cluster = EchoCluster(3, base_dir=base, extra_env=clocks.extra_env).__enter__()
     control = ClusterControl(cluster, clocks)
@@ -191,9 +191,8 @@ def scenario_combined() -> dict:
     from nemeses.base import build_packages
     from nemeses.combined import Combined
 
-    base = tempfile.mkdtemp(prefix="logquake-combined-")
-    clocks = BrokerClocks(os.path.join(base, "clocks"))
-    with EchoCluster(3, base_dir=base, extra_env=clocks.extra_env) as cluster:
+    with tempfile.TemporaryDirectory(prefix="logquake-combined-") as base, \
+            EchoCluster(3, base_dir=base, extra_env=(clocks := BrokerClocks(os.path.join(base, "clocks"))).extra_env) as cluster:
         control = ClusterControl(cluster, clocks)
         # 'primaries' needs Kafka metadata, which echo servers do not serve.
         options = NemesisOptions(db_targets=("one", "minority", "majority", "all"),
@@ -243,9 +242,9 @@ def scenario_broker() -> dict:
         except (TimeoutError, OSError) as error:
             return type(error).__name__
 
-    base = tempfile.mkdtemp(prefix="logquake-broker-ns-")
-    clocks = BrokerClocks(os.path.join(base, "clocks"))
-    with LocalCluster(1, base_dir=os.path.join(base, "cluster"), extra_env=clocks.extra_env) as cluster:
+    with tempfile.TemporaryDirectory(prefix="logquake-broker-ns-") as base, \
+            LocalCluster(1, base_dir=os.path.join(base, "cluster"),
+                         extra_env=(clocks := BrokerClocks(os.path.join(base, "clocks"))).extra_env) as cluster:
         control = ClusterControl(cluster, clocks)
         out: dict = {"inside": inside_private_namespace()}
         delivered: list = []

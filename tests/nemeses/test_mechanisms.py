@@ -126,9 +126,9 @@ def wait_until(predicate, timeout_s: float = 15.0) -> bool:
 
 
 @pytest.mark.parametrize("victim", ["harness", "outer"])
-def test_nothing_outlives_a_sigkilled_run(victim):
+def test_nothing_outlives_a_sigkilled_run(victim, tmp_path):
     assert not inside_private_namespace()
-    command = [sys.executable, "-m", "tests.nemeses.scenarios", "hold"]
+    command = [sys.executable, "-m", "tests.nemeses.scenarios", "hold", str(tmp_path)]
     if victim == "outer":
         # The whole chain as a user runs it: a controlling process that re-executes into the namespace.
         process = subprocess.Popen([sys.executable, "-m", "nemeses.net.sandbox", *command], stdout=subprocess.PIPE,

@@ -84,3 +84,25 @@ def test_module_entry_point_reports_bad_input_in_a_subprocess(tmp_path):
                          text=True, timeout=120)
     assert out.returncode == EXIT_BAD_ARGUMENTS
     assert out.stderr.strip() == "logquake test: unknown nemesis 'meteor'; known: kill, pause, partition, clock"
+
+
+def test_progress_line_counts_outcomes_and_tracks_active_faults():
+    import io
+
+    from harness.history import Op
+    from harness.progress import Progress
+
+    stream = io.StringIO()
+    progress = Progress(stream=stream)
+    progress.phase = "main"
+    ops = [Op(0, 0, "invoke", 0, "send"), Op(1, 1, "ok", 0, "send"), Op(2, 2, "invoke", 1, "poll"),
+           Op(3, 3, "info", 1, "poll"), Op(4, 4, "info", "nemesis", "start-partition"),
+           Op(5, 5, "info", "nemesis", "start-partition"), Op(6, 6, "info", "nemesis", "start-kill"),
+           Op(7, 7, "info", "nemesis", "start-kill"), Op(8, 8, "invoke", 2, "send"), Op(9, 9, "fail", 2, "send")]
+    for op in ops:
+        progress.observe(op)
+    line = progress.line()
+    assert " main " in line and "ok 1  fail 1  info 1" in line and "faults: kill,partition" in line
+    progress.observe(Op(10, 10, "info", "nemesis", "stop-kill"))
+    progress.observe(Op(11, 11, "info", "nemesis", "stop-kill"))
+    assert progress.line().endswith("faults: partition")

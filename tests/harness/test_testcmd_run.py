@@ -67,6 +67,7 @@ def test_a_short_queue_run_records_a_complete_history_and_ends_with_a_verdict(tm
     lines = out.stdout.strip().splitlines()
     assert lines[0].startswith("logquake test: seed 1234; reproduce with: logquake test --workload queue"), out.stdout
     assert lines[-1] == lines[0]
+    assert " main " in out.stderr and "ops/s" in out.stderr and "faults: none" in out.stderr  # live progress
     run_dir = only_run_dir(results)
     spec = json.loads((run_dir / "spec.json").read_text())
     for field in ("name", "workload", "workload_options", "nemeses", "nemesis_interval_s", "seed", "time_limit_s",

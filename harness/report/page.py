@@ -160,7 +160,7 @@ def _verdict(material: RunMaterial) -> str:
         listing = ", ".join(f"{a.name} ({a.count:,})" for a in bad) or "see the checker output"
         sentence = f"The history breaks claims this configuration makes: {listing}."
     elif verdict == "valid":
-        allowed = [a for a in result.anomalies if a.allowed]
+        allowed = [a for a in result.anomalies if a.allowed and a.count > 0]
         sentence = "No anomaly breaks a claim this configuration makes."
         if allowed:
             sentence += " Allowed anomalies seen: " + ", ".join(f"{a.name} ({a.count:,})" for a in allowed) + "."
@@ -272,11 +272,21 @@ def _anomalies(material: RunMaterial) -> str:
     result = material.result
     if result is None:
         return '<section id="anomalies"><h2>Anomalies</h2><p class="note">Not checked yet.</p></section>'
-    if not result.anomalies:
-        return '<section id="anomalies"><h2>Anomalies</h2><p>None found.</p></section>'
+    stats = ""
+    if result.stats:
+        rows = "".join(
+            f"<tr><td>{esc(k)}</td><td class='mono'>{esc(v if isinstance(v, (str, int, float)) else json.dumps(v, default=str))}</td></tr>"
+            for k, v in result.stats.items()
+        )
+        stats = f"<h3>Checker statistics</h3><table><tbody>{rows}</tbody></table>"
+    seen = [a for a in result.anomalies if a.count > 0 or a.witnesses]
+    absent = sorted(a.name for a in result.anomalies if a not in seen)
+    absent_line = f'<p class="note">Looked for and not found: {esc(", ".join(absent))}.</p>' if absent else ""
+    if not seen:
+        return f'<section id="anomalies"><h2>Anomalies</h2><p>None found.</p>{absent_line}{stats}</section>'
     kept = material.digest.kept_ops if material.digest else {}
     cards = []
-    for anomaly in sorted(result.anomalies, key=lambda a: (a.allowed, -a.count, a.name)):
+    for anomaly in sorted(seen, key=lambda a: (a.allowed, -a.count, a.name)):
         tag = (
             '<span class="tag tag-allowed">allowed by this configuration</span>'
             if anomaly.allowed
@@ -300,14 +310,7 @@ def _anomalies(material: RunMaterial) -> str:
             f"<h3>{esc(anomaly.name)} × {anomaly.count:,} {tag}</h3>"
             f'<p class="explanation">{esc(anomaly.explanation)}</p>{violates}{witnesses}{more}</div>'
         )
-    stats = ""
-    if result.stats:
-        rows = "".join(
-            f"<tr><td>{esc(k)}</td><td class='mono'>{esc(v if isinstance(v, (str, int, float)) else json.dumps(v, default=str))}</td></tr>"
-            for k, v in result.stats.items()
-        )
-        stats = f"<h3>Checker statistics</h3><table><tbody>{rows}</tbody></table>"
-    return f'<section id="anomalies"><h2>Anomalies</h2>{"".join(cards)}{stats}</section>'
+    return f'<section id="anomalies"><h2>Anomalies</h2>{"".join(cards)}{absent_line}{stats}</section>'
 
 
 def _figure_html(figure: FigureSpec) -> str:

@@ -228,6 +228,9 @@ def run_one(spec: RunSpec, results_dir: str) -> tuple[int, Any]:
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
 
     def on_signal(signum: int, frame: Any) -> None:
+        if progress.phase in ("check", "report"):
+            # The cluster is gone and the history complete: stop checking at once.
+            raise KeyboardInterrupt
         print(f"\n{PROG}: {signal.Signals(signum).name}: stopping, healing faults and tearing down",
               file=sys.stderr, flush=True)
         run.request_stop()
@@ -237,6 +240,10 @@ def run_one(spec: RunSpec, results_dir: str) -> tuple[int, Any]:
     progress.start()
     try:
         outcome = execute(run)
+    except KeyboardInterrupt:
+        print(f"\n{PROG}: interrupted while checking; the history is complete in {run.run_dir}", file=sys.stderr)
+        print(f"{PROG}: seed {spec.seed}; reproduce with: {spec.command}", flush=True)
+        return 130, None
     except HarnessError as exc:
         run.log.error("harness error: %s", exc)
         print(f"{PROG}: harness error: {exc}", file=sys.stderr)

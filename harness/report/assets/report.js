@@ -6,15 +6,19 @@
   var plotConfig = { displaylogo: false, responsive: true, scrollZoom: false };
   var body = document.body;
 
+  // One figure at a time, in page order, giving the browser a turn between them: the text
+  // and the first figures show while the later ones are still being drawn.
   function drawFigures() {
-    var blocks = document.querySelectorAll("script[type='application/json'][data-figure]");
-    var drawing = [];
-    blocks.forEach(function (block) {
-      var target = document.getElementById(block.getAttribute("data-figure"));
-      var spec = JSON.parse(block.textContent);
-      drawing.push(Plotly.newPlot(target, spec.data, spec.layout, plotConfig));
-    });
-    return Promise.all(drawing);
+    var blocks = Array.prototype.slice.call(document.querySelectorAll("script[type='application/json'][data-figure]"));
+    return blocks.reduce(function (previous, block) {
+      return previous.then(function () {
+        return new Promise(function (turn) { setTimeout(turn, 0); });
+      }).then(function () {
+        var target = document.getElementById(block.getAttribute("data-figure"));
+        var spec = JSON.parse(block.textContent);
+        return Plotly.newPlot(target, spec.data, spec.layout, plotConfig);
+      });
+    }, Promise.resolve());
   }
 
   function readJson(id, fallback) {

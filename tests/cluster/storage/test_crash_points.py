@@ -1,8 +1,9 @@
 """Power loss at every step inside every log operation.
 
-A MemoryDisk that loses power just before its k-th write-side call (write, fsync, truncate,
-remove, write_atomic, ...) while a PartitionLog operation runs, dropping what was not
-fsynced (or, torn, keeping a random part of it); then the log is reopened.
+The disk fails just before its k-th write-side call (write, fsync, truncate, remove,
+write_atomic, ...) while a PartitionLog operation runs: a MemoryDisk then loses power,
+dropping what was not fsynced (or, torn, keeping a random part of it); an OsDisk in
+lose-unflushed mode dies with its process (abandon). Then the log is reopened.
 Whatever the step, recovery must succeed and give a consistent log: a prefix of what was
 written, keeping everything fsynced before the operation began (unless the operation itself
 discards it), with a log start that never goes back and an epoch cache that fits the data.
@@ -16,12 +17,11 @@ from dataclasses import dataclass
 
 import pytest
 
-from cluster.storage.disk import AppendHandle, Bytes, MemoryDisk
+from cluster.storage.disk import AppendHandle, Bytes, MemoryDisk, OsDisk
 from cluster.storage.log import LogConfig, PartitionLog
 from tests.cluster.storage.batches import make_batch
 
 CONFIG = LogConfig(segment_bytes=700, index_interval_bytes=120, retention_bytes=1_000, retention_ms=None)
-DIRECTORY = "/kafka/t-0"
 
 
 class PowerLoss(Exception):
@@ -45,11 +45,13 @@ class _CountingHandle:
         self._inner.close()
 
 
-class FailingDisk(MemoryDisk):
-    """A MemoryDisk that raises PowerLoss at a chosen write-side call."""
+class FailingDisk:
+    """A real Disk (MemoryDisk, or OsDisk in lose-unflushed mode) that raises PowerLoss at a
+    chosen write-side call, and can then lose power."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, make_inner: Callable[[], MemoryDisk | OsDisk]) -> None:
+        self._make_inner = make_inner
+        self.inner = make_inner()
         self.steps = 0
         self.fail_at: int | None = None
 
@@ -58,34 +60,59 @@ class FailingDisk(MemoryDisk):
             raise PowerLoss()
         self.steps += 1
 
-    def open_append(self, path: str) -> AppendHandle:
-        self.step()
-        return _CountingHandle(self, super().open_append(path))
+    def power_loss(self, torn_seed: int | None) -> None:
+        self.fail_at = None
+        if isinstance(self.inner, MemoryDisk):
+            self.inner.crash(torn_writes=None if torn_seed is None else random.Random(torn_seed))
+        else:
+            # The process dies with its unsynced bytes; a new one opens the same files.
+            self.inner.abandon()
+            self.inner = self._make_inner()
 
-    def truncate(self, path: str, size: int) -> None:
-        self.step()
-        super().truncate(path, size)
+    def exists(self, path: str) -> bool:
+        return self.inner.exists(path)
 
-    def remove(self, path: str) -> None:
-        self.step()
-        super().remove(path)
+    def listdir(self, path: str) -> list[str]:
+        return self.inner.listdir(path)
 
-    def rmtree(self, path: str) -> None:
-        self.step()
-        super().rmtree(path)
+    def file_size(self, path: str) -> int:
+        return self.inner.file_size(path)
 
-    def write_atomic(self, path: str, data: bytes) -> None:
-        self.step()
-        super().write_atomic(path, data)
+    def read(self, path: str, offset: int, size: int) -> bytes:
+        return self.inner.read(path, offset, size)
+
+    def read_all(self, path: str) -> bytes:
+        return self.inner.read_all(path)
 
     def makedirs(self, path: str) -> None:
         self.step()
-        super().makedirs(path)
+        self.inner.makedirs(path)
+
+    def open_append(self, path: str) -> AppendHandle:
+        self.step()
+        return _CountingHandle(self, self.inner.open_append(path))
+
+    def truncate(self, path: str, size: int) -> None:
+        self.step()
+        self.inner.truncate(path, size)
+
+    def remove(self, path: str) -> None:
+        self.step()
+        self.inner.remove(path)
+
+    def rmtree(self, path: str) -> None:
+        self.step()
+        self.inner.rmtree(path)
+
+    def write_atomic(self, path: str, data: bytes) -> None:
+        self.step()
+        self.inner.write_atomic(path, data)
 
 
 @dataclass
 class World:
     disk: FailingDisk
+    directory: str
     log: PartitionLog
     written: list[bytes]  # every batch appended, in offset order (the log is a prefix of the tail)
     now_ms: int = 0
@@ -104,7 +131,7 @@ Operation = Callable[[World], None]
 
 def reopen(world: World) -> None:
     world.log.close()
-    world.log = PartitionLog.open(world.disk, DIRECTORY, CONFIG, now_ms=world.now_ms)
+    world.log = PartitionLog.open(world.disk, world.directory, CONFIG, now_ms=world.now_ms)
 
 
 SCENARIO: list[tuple[str, Operation, Callable[[World], int | None]]] = [
@@ -133,12 +160,13 @@ class Before:
     truncation_target: int | None
 
 
-def run_until(index: int, fail_at: int | None) -> tuple[World, Before, bool]:
+def run_until(place: Place, index: int, fail_at: int | None) -> tuple[World, Before, bool]:
     """Run operations before `index` normally, then operation `index` with power lost at its
     `fail_at`-th write-side step. Returns the world, the state just before that operation,
     and whether the operation finished."""
-    disk = FailingDisk()
-    world = World(disk, PartitionLog.open(disk, DIRECTORY, CONFIG, now_ms=0), [])
+    disk = FailingDisk(place.make_disk)
+    directory = place.new_directory()
+    world = World(disk, directory, PartitionLog.open(disk, directory, CONFIG, now_ms=0), [])
     for _, operation, _ in SCENARIO[:index]:
         operation(world)
     _, operation, target = SCENARIO[index]
@@ -152,9 +180,8 @@ def run_until(index: int, fail_at: int | None) -> tuple[World, Before, bool]:
 
 
 def check_recovered(world: World, before: Before, torn_seed: int | None) -> PartitionLog:
-    world.disk.fail_at = None
-    world.disk.crash(torn_writes=None if torn_seed is None else random.Random(torn_seed))
-    log = PartitionLog.open(world.disk, DIRECTORY, CONFIG, now_ms=world.now_ms)
+    world.disk.power_loss(torn_seed)
+    log = PartitionLog.open(world.disk, world.directory, CONFIG, now_ms=world.now_ms)
     by_offset = {int.from_bytes(b[:8], "big"): b for b in world.written}
     if torn_seed is None:
         # Without torn writes the disk only ever holds whole batches: nothing looks corrupt.
@@ -180,17 +207,41 @@ def check_recovered(world: World, before: Before, torn_seed: int | None) -> Part
     return log
 
 
-@pytest.mark.parametrize("torn_seed", [None, 1, 2], ids=["clean", "torn-1", "torn-2"])
+@dataclass
+class Place:
+    make_disk: Callable[[], MemoryDisk | OsDisk]
+    new_directory: Callable[[], str]
+
+
+FAULTS = {
+    # name: (disk kind, torn-write seed)
+    "memory-clean": ("memory", None),
+    "memory-torn-1": ("memory", 1),
+    "memory-torn-2": ("memory", 2),
+    "os-process-death": ("os", None),
+}
+
+
+def make_place(kind: str, tmp_path) -> Place:
+    if kind == "memory":
+        return Place(MemoryDisk, lambda: "/kafka/t-0")
+    runs = iter(range(10**6))
+    return Place(lambda: OsDisk(lose_unflushed_on_crash=True), lambda: str(tmp_path / f"run-{next(runs)}" / "t-0"))
+
+
+@pytest.mark.parametrize("fault", FAULTS)
 @pytest.mark.parametrize("index", range(len(SCENARIO)), ids=[name for name, _, _ in SCENARIO])
-def test_power_loss_at_every_step(index, torn_seed):
+def test_power_loss_at_every_step(tmp_path, index, fault):
+    kind, torn_seed = FAULTS[fault]
+    place = make_place(kind, tmp_path)
     fail_at = 0
     while True:
-        world, before, finished = run_until(index, fail_at)
+        world, before, finished = run_until(place, index, fail_at)
         log = check_recovered(world, before, torn_seed)
         # Recovery made everything it kept durable: another crash changes nothing.
         kept = ([bytes(b) for b in log.read(log.log_start_offset, 10**9)], log.log_start_offset, log.log_end_offset)
-        world.disk.crash()
-        again = PartitionLog.open(world.disk, DIRECTORY, CONFIG, now_ms=world.now_ms)
+        world.disk.power_loss(None)
+        again = PartitionLog.open(world.disk, world.directory, CONFIG, now_ms=world.now_ms)
         assert ([bytes(b) for b in again.read(again.log_start_offset, 10**9)], again.log_start_offset, again.log_end_offset) == kept
         assert again.recovery.reason is None
         # And the log goes on.
@@ -198,6 +249,7 @@ def test_power_loss_at_every_step(index, torn_seed):
         again.append(batch, now_ms=world.now_ms)
         assert [bytes(b) for b in again.read(again.log_end_offset - 1, 100)] == [batch]
         again.close()
+        world.disk.power_loss(None)  # releases the descriptors of the OsDisk run
         if finished:
             break
         fail_at += 1

@@ -259,7 +259,7 @@ def digest_history(
         client_ops=client_ops,
         duration_s=last_s,
         first_time_ns=first_ns or 0,
-        partitions=[partitions[key].build(key) for key in sorted(partitions)],
+        partitions=[partitions[key].build(key) for key in sorted(partitions, key=lambda k: (not isinstance(k, int), str(k)))],
         fault_periods=faults.finish(last_s),
         nemesis_events=faults.events,
         kept_ops=kept_ops,

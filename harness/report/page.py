@@ -80,6 +80,8 @@ def load_run(run_dir: Path) -> RunMaterial:
             )
         except HistoryFormatError as exc:
             problems.append(f"history.jsonl is corrupt, so there are no plots: {exc}")
+        except (TypeError, ValueError, KeyError) as exc:  # well-formed lines, unexpected values
+            problems.append(f"history.jsonl could not be summarised, so there are no plots: {type(exc).__name__}: {exc}")
     else:
         problems.append("history.jsonl is missing, so there are no plots or timeline")
     return RunMaterial(run_dir, spec, result, digest, problems, results_unreadable)
@@ -458,7 +460,12 @@ def _op_times(digest: HistoryDigest | None) -> dict[str, list[float]]:
 
 
 def render_report(material: RunMaterial) -> str:
-    figures = all_figures(material.digest) if material.digest else []
+    figures: list[FigureSpec] = []
+    if material.digest:
+        try:
+            figures = all_figures(material.digest)
+        except Exception as exc:  # a history shape the plots do not handle: keep the rest of the page
+            material.problems.append(f"the plots could not be drawn: {type(exc).__name__}: {exc}")
     body = "".join(
         (
             _header(material),

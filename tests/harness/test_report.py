@@ -351,3 +351,20 @@ def test_the_header_counts_operations_by_outcome(lost_write_report):
     _, _, html = lost_write_report
     facts = re.search(r'<p class="facts">(.*?)</p>', html).group(1)
     assert re.search(r"[\d,]+ client operations: [\d,]+ ok, 1 info$", facts), facts
+
+
+def test_unexpected_values_in_a_well_formed_history_do_not_stop_the_report(tmp_path):
+    run = tmp_path / "odd" / "20261122T070000.000000"
+    run.mkdir(parents=True)
+    with HistoryWriter(run / store.HISTORY_FILE) as writer:
+        writer.append(Op(0, 0, "invoke", 0, "send", [["send", "topic-a", 1]]))
+        writer.append(Op(1, 5, "ok", 0, "send", [["send", "topic-a", [0, 1]]]))
+        writer.append(Op(2, 6, "invoke", 1, "send", [["send", 2, 2]]))
+        writer.append(Op(3, 9, "ok", 1, "send", [["send", 2, [0, 2]]]))
+        writer.append(Op(4, 10, "invoke", 1, "poll", "not a list"))
+        writer.append(Op(5, 12, "ok", 1, "poll", {"odd": True}))
+    html = write_report(run).read_text()
+    offsets = _figures(html)["offsets"]
+    assert [t["name"] for t in offsets["data"] if "acknowledged, never read" in t["name"]] == [
+        "k2 acknowledged, never read", "ktopic-a acknowledged, never read"
+    ]

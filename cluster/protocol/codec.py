@@ -19,8 +19,8 @@ import kio.index
 from kio.index import EntityType
 from kio.serial import entity_reader, entity_writer
 from kio.schema.errors import ErrorCode
-from kio.serial.errors import SerialError
 
+from cluster.protocol.guard import check_request_shape
 from cluster.protocol.versions import ApiKey, SUPPORTED_VERSIONS, api_name, is_supported
 
 _PEEK = struct.Struct(">hhi")
@@ -90,9 +90,11 @@ def decode_request(frame: bytes) -> Request:
         )
     read_header, read_body = _readers(api_key, api_version)
     try:
+        # kio's native reader would abort the process on an absurd array count: check first.
+        check_request_shape(frame, api_key, api_version)
         header, header_size = read_header(frame, 0)
         body, body_size = read_body(frame, header_size)
-    except (SerialError, ValueError, TypeError, OverflowError, UnicodeDecodeError) as error:
+    except Exception as error:  # noqa: BLE001 - any decoder failure is the client's bad frame
         raise RequestError(f"malformed {api_name(api_key)} v{api_version} request: {type(error).__name__}: {error}") from None
     if header_size + body_size != len(frame):
         raise RequestError(

@@ -34,6 +34,10 @@ def _frame(api_key: int, version: int, correlation_id: int, **body) -> bytes:
     return struct.pack(">i", len(payload)) + payload
 
 
+def _sized(payload: bytes) -> bytes:
+    return struct.pack(">i", len(payload)) + payload
+
+
 def _truncated(frame: bytes, drop: int) -> bytes:
     """The frame minus its last `drop` bytes, with a size prefix matching what is left."""
     payload = frame[4:-drop]
@@ -102,6 +106,8 @@ def test_unknown_api_versions_version_gets_a_v0_error_answer(cluster) -> None:
         (struct.pack(">ihhih", 10, 0, 1, 1, -1), "PRODUCE v1 is not supported"),
         (_truncated(_frame(18, 3, 1, client_software_name="truncated", client_software_version="1"), 3), "malformed API_VERSIONS v3"),
         (struct.pack(">i", 14) + struct.pack(">hhih", 3, 12, 1, -1) + b"\xff\xff\xff\xff", "malformed METADATA v12"),
+        # An array count of 2**31: kio's native decoder alone would abort the broker process.
+        (_sized(struct.pack(">hhih", 3, 12, 1, 1) + b"x\x00\xff\xff\xff\xff\x07\x00\x00\x00"), "FrameShapeError"),
     ],
 )
 def test_malformed_input_closes_only_that_connection(cluster, garbage, reason) -> None:

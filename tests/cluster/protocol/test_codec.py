@@ -12,6 +12,7 @@ from kio.serial import entity_writer
 
 from cluster.protocol.codec import RequestError, UnsupportedVersionError, decode_request, unsupported_api_versions_response
 from cluster.protocol.frames import FrameError, FrameSplitter
+from cluster.protocol.guard import check_request_shape
 from cluster.protocol.versions import ApiKey, SUPPORTED_VERSIONS
 
 
@@ -75,3 +76,22 @@ def test_splitter_returns_whole_frames_across_arbitrary_chunking() -> None:
 def test_splitter_rejects_bad_size_prefixes(size: int) -> None:
     with pytest.raises(FrameError, match=f"frame size prefix {size}"):
         FrameSplitter(max_frame_bytes=1024).feed(struct.pack(">i", size) + b"\0" * 12)
+
+
+def _metadata_frame_with_topic_count(encoded_count: bytes) -> bytes:
+    # Metadata v12 request: header v2 (key, version, correlation id, client id, no tags),
+    # then the topics compact array whose count we forge.
+    return struct.pack(">hhih", 3, 12, 5, 1) + b"x" + b"\x00" + encoded_count + b"\x00\x00\x00"
+
+
+@pytest.mark.parametrize("encoded_count", [b"\xff\xff\xff\xff\x07", b"\x80\x80\x80\x80\x08", b"\x90\x4e"])
+def test_absurd_array_counts_are_rejected_before_the_native_decoder(encoded_count: bytes) -> None:
+    # kio's native reader would try to allocate the array up front and abort the process.
+    with pytest.raises(RequestError, match="malformed METADATA v12 request: FrameShapeError"):
+        decode_request(_metadata_frame_with_topic_count(encoded_count))
+
+
+def test_shape_check_accepts_what_kio_writes() -> None:
+    frame = _request_frame(3, 12, 9, topics=None, allow_auto_topic_creation=True, include_topic_authorized_operations=False)
+    check_request_shape(frame, 3, 12)
+    assert decode_request(frame).body.topics is None

@@ -300,10 +300,11 @@ class PartitionLog:
         old.seal()
         self._recovery_point = old.next_offset
         self._last_flush_ms = now_ms
-        self._write_recovery_point()
         new = self._new_segment(old.next_offset, now_ms)
         self._segments.append(new)
         self._bases.append(new.base_offset)
+        # After the new files exist: the checkpoint's directory fsync makes them durable too.
+        self._write_recovery_point()
         return new
 
     def roll(self, *, now_ms: int) -> None:

@@ -86,7 +86,12 @@ class SparseIndex:
         return keep
 
     def encode(self) -> bytes:
-        return b"".join(self._encode_entry(self.entry(i)) for i in range(len(self)))
+        base = self.base_offset
+        pack = ENTRY.pack
+        return b"".join(
+            pack(offset - base, position, max_ts, -1 if max_ts_offset < 0 else max_ts_offset - base)
+            for offset, position, max_ts, max_ts_offset in zip(self._offsets, self._positions, self._max_ts_before, self._max_ts_offsets)
+        )
 
     @classmethod
     def decode(cls, base_offset: int, data: bytes, *, segment_size_bytes: int) -> SparseIndex:
@@ -94,18 +99,22 @@ class SparseIndex:
         if len(data) % ENTRY_SIZE:
             raise IndexInvalidError(f"size {len(data)} is not a multiple of {ENTRY_SIZE}")
         index = cls(base_offset)
+        offsets, positions, max_ts_column, max_ts_offsets = index._offsets, index._positions, index._max_ts_before, index._max_ts_offsets
+        previous_offset = previous_position = 0
         previous_max_ts = NO_TIMESTAMP
         for relative_offset, position, max_ts_before, relative_max_offset in ENTRY.iter_unpack(data):
-            if relative_offset <= 0 or position <= 0 or position >= segment_size_bytes:
-                raise IndexInvalidError(f"entry (offset +{relative_offset}, position {position}) is outside the segment of {segment_size_bytes} bytes")
+            if relative_offset <= previous_offset or position <= previous_position or position >= segment_size_bytes:
+                raise IndexInvalidError(
+                    f"entry (offset +{relative_offset}, position {position}) does not follow (+{previous_offset}, {previous_position})"
+                    f" inside a segment of {segment_size_bytes} bytes"
+                )
             if max_ts_before < previous_max_ts:
                 raise IndexInvalidError(f"timestamps go backwards at offset +{relative_offset}")
             if relative_max_offset >= relative_offset or (relative_max_offset < 0) != (max_ts_before == NO_TIMESTAMP):
                 raise IndexInvalidError(f"entry at offset +{relative_offset} names a later batch for its timestamp")
-            previous_max_ts = max_ts_before
-            absolute_max_offset = -1 if relative_max_offset < 0 else base_offset + relative_max_offset
-            try:
-                index.add(IndexEntry(base_offset + relative_offset, position, max_ts_before, absolute_max_offset))
-            except ValueError as error:
-                raise IndexInvalidError(str(error)) from error
+            offsets.append(base_offset + relative_offset)
+            positions.append(position)
+            max_ts_column.append(max_ts_before)
+            max_ts_offsets.append(-1 if relative_max_offset < 0 else base_offset + relative_max_offset)
+            previous_offset, previous_position, previous_max_ts = relative_offset, position, max_ts_before
         return index

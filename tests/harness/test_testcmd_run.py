@@ -185,3 +185,27 @@ def test_sigkill_of_the_harness_takes_the_brokers_with_it_and_the_history_stays_
     assert processes_mentioning(history.parent) == []
     ops = read_history(history)  # at most a torn last line, which the reader skips
     assert len(ops) > 100
+
+
+@pytest.mark.slow
+def test_an_external_cluster_is_tested_through_bootstrap_servers(tmp_path):
+    from cluster.launcher import LocalCluster
+
+    results = tmp_path / "results"
+    with LocalCluster(brokers=1, base_dir=tmp_path / "external", seed=4) as external:
+        out = subprocess.run(logquake_test("--workload", "delivery", "--bootstrap-servers", external.bootstrap_servers,
+                                           "--concurrency", "3", "--time-limit", "5", "--quiet-period", "0",
+                                           "--final-time-limit", "30", "--seed", "3", results=results),
+                             capture_output=True, text=True, timeout=900, cwd=PROJECT)
+        external_pids = [b.pid for b in external.brokers]
+        assert all(alive(pid) for pid in external_pids)  # the harness never manages an external cluster
+    assert f"--bootstrap-servers {external.bootstrap_servers}" in out.stdout.splitlines()[0]
+    run_dir = only_run_dir(results)
+    spec = json.loads((run_dir / "spec.json").read_text())
+    assert spec["bootstrap_servers"] == external.bootstrap_servers and spec["nemeses"] == []
+    assert not (run_dir / "cluster").exists()
+    ops = read_history(run_dir / "history.jsonl", allow_torn_tail=False)
+    assert_complete(ops)
+    assert {op.f for op in ops if op.type == "ok"} >= {"send", "process", "commit"}
+    verdict = json.loads((run_dir / "results.json").read_text())
+    assert out.returncode == {True: 0, False: 1, "unknown": 2}[verdict["valid"]], out.stderr[-2000:]

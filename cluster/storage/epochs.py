@@ -54,6 +54,28 @@ def _decode(data: bytes, path: str) -> list[tuple[int, int]]:
     return entries
 
 
+def _assign(epochs: list[int], starts: list[int], epoch: int, start_offset: int) -> bool:
+    """Kafka's assign on two parallel lists; False if nothing changed."""
+    if epochs and epoch == epochs[-1] and start_offset >= starts[-1]:
+        return False
+    while epochs and (epochs[-1] >= epoch or starts[-1] >= start_offset):
+        epochs.pop()
+        starts.pop()
+    epochs.append(epoch)
+    starts.append(start_offset)
+    return True
+
+
+def replay_assignments(changes: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The cache that assigning each (epoch, start offset) in turn to an empty one gives."""
+    epochs: list[int] = []
+    starts: list[int] = []
+    for epoch, start_offset in changes:
+        if epoch >= 0:
+            _assign(epochs, starts, epoch, start_offset)
+    return list(zip(epochs, starts))
+
+
 class LeaderEpochCache:
     """(epoch -> start offset), epochs and start offsets both increasing."""
 
@@ -91,19 +113,17 @@ class LeaderEpochCache:
         self._disk.write_atomic(self.path, _encode(self.entries()))
 
     def assign(self, epoch: int, start_offset: int) -> None:
-        """Record that `epoch` begins at `start_offset`; epochs not newer than the latest are ignored.
+        """Record that `epoch` begins at `start_offset`, as Kafka's LeaderEpochFileCache.assign.
 
-        Entries that start at or after `start_offset` cannot be right any more (the log was
-        rewritten below them) and are dropped, as Kafka does."""
+        The latest epoch again (at or past its start) changes nothing. Any other epoch first
+        drops, from the end, every entry with an epoch >= it or a start offset >= its start:
+        a newer epoch simply follows, while an older one (a follower copying a leader whose
+        log went another way) rewrites the tail, so the cache never claims that offsets
+        written in the older epoch belong to a newer one."""
         if epoch < 0 or start_offset < 0:
             raise ValueError(f"leader epoch {epoch} at offset {start_offset}: both must be >= 0")
-        if epoch <= self.latest_epoch:
+        if not _assign(self._epochs, self._starts, epoch, start_offset):
             return
-        keep = bisect.bisect_left(self._starts, start_offset)
-        del self._epochs[keep:]
-        del self._starts[keep:]
-        self._epochs.append(epoch)
-        self._starts.append(start_offset)
         self._persist()
 
     def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:

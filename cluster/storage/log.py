@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from cluster.storage.batch import HEADER_SIZE, BatchHeader, InvalidBatchError, crc_is_valid, parse_header
 from cluster.storage.config import LogConfig
 from cluster.storage.disk import Bytes, Disk
-from cluster.storage.epochs import CorruptCheckpointError, LeaderEpochCache
+from cluster.storage.epochs import CorruptCheckpointError, LeaderEpochCache, replay_assignments
 from cluster.storage.segment import INDEX_SUFFIX, Segment, parse_segment_file_name
 
 __all__ = ["LogConfig", "OffsetOutOfRangeError", "PartitionLog", "RecoveryReport"]
@@ -141,7 +141,7 @@ class PartitionLog:
             # The checkpoint is rewritten before each new epoch's first batch is stored, so
             # it already knows every epoch; this only covers a checkpoint older than its log.
             for epoch, start_offset in scanned_epochs:
-                if self._log_start_offset <= start_offset < leo:
+                if epoch >= 0 and max(self._log_start_offset, self.epochs.latest_start_offset + 1) <= start_offset < leo:
                     self.epochs.assign(epoch, start_offset)
         else:
             self.epochs.replace(self._epoch_starts_from_headers())
@@ -212,11 +212,12 @@ class PartitionLog:
         return Segment.create(self._disk, self.directory, base_offset, index_interval_bytes=self.config.index_interval_bytes, now_ms=now_ms)
 
     def _epoch_starts_from_headers(self) -> list[tuple[int, int]]:
-        starts: list[tuple[int, int]] = []
+        """The cache the appends of the stored batches would have built."""
+        changes: list[tuple[int, int]] = []
         for header in self.batch_headers(self._segments[0].base_offset):
-            if header.partition_leader_epoch > (starts[-1][0] if starts else -1):
-                starts.append((header.partition_leader_epoch, header.base_offset))
-        return starts
+            if not changes or header.partition_leader_epoch != changes[-1][0]:
+                changes.append((header.partition_leader_epoch, header.base_offset))
+        return replay_assignments(changes)
 
     # ---- state ------------------------------------------------------------------------
 
@@ -271,8 +272,9 @@ class PartitionLog:
         active = self._segments[-1]
         if self._should_roll(active, header, now_ms):
             active = self._roll(now_ms)
-        if header.partition_leader_epoch > self.epochs.latest_epoch:
-            self.epochs.assign(header.partition_leader_epoch, header.base_offset)
+        epoch = header.partition_leader_epoch
+        if epoch >= 0 and epoch != self.epochs.latest_epoch:
+            self.epochs.assign(epoch, header.base_offset)
         active.append(view, header)
         self._size_bytes += header.size_bytes
         interval = self.config.flush_interval_messages

@@ -337,7 +337,7 @@ class Segment:
         stops at the first bad one. Returns (batches, problem, epoch changes)."""
         batches = 0
         epoch_starts: list[tuple[int, int]] = []
-        latest_epoch = -1
+        latest_epoch: int | None = None
         buffer = b""
         buffer_start = position
         expected_offset = self.next_offset
@@ -364,7 +364,7 @@ class Segment:
             if not self.fits_offsets(header):
                 return batches, f"batch {where} ends past the segment's 32-bit relative offset range", epoch_starts
             self._account(header, position)
-            if header.partition_leader_epoch > latest_epoch:
+            if header.partition_leader_epoch != latest_epoch:
                 latest_epoch = header.partition_leader_epoch
                 epoch_starts.append((latest_epoch, header.base_offset))
             batches += 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cluster.storage.disk import MemoryDisk
-from cluster.storage.epochs import CHECKPOINT_FILE, CorruptCheckpointError, LeaderEpochCache
+from cluster.storage.epochs import CHECKPOINT_FILE, CorruptCheckpointError, LeaderEpochCache, replay_assignments
 from cluster.storage.log import LogConfig, PartitionLog
 from tests.cluster.storage.batches import make_batch
 
@@ -24,18 +24,35 @@ def test_empty_cache(cache):
     assert cache.epoch_for_offset(5) == -1
 
 
-def test_assign_ignores_old_epochs_and_drops_entries_it_contradicts(cache):
+def test_assign_follows_kafka(cache):
     cache.assign(1, 0)
-    cache.assign(1, 10)
-    cache.assign(0, 20)
+    cache.assign(1, 10)  # the latest epoch again: nothing to record
     assert cache.entries() == [(1, 0)]
     cache.assign(3, 10)
     cache.assign(5, 20)
     # A newer epoch starting below existing entries replaces them (the log was rewritten).
     cache.assign(6, 15)
     assert cache.entries() == [(1, 0), (3, 10), (6, 15)]
+    # An older epoch (a follower copying a leader whose log went another way) drops every
+    # entry with an epoch at least as new, so offsets from 30 on are not claimed for epoch 6.
+    cache.assign(4, 30)
+    assert cache.entries() == [(1, 0), (3, 10), (4, 30)]
+    cache.assign(4, 25)  # the latest epoch, but starting earlier
+    assert cache.entries() == [(1, 0), (3, 10), (4, 25)]
+    cache.assign(0, 40)
+    assert cache.entries() == [(0, 40)]
     with pytest.raises(ValueError):
         cache.assign(7, -1)
+    with pytest.raises(ValueError):
+        cache.assign(-1, 50)
+
+
+def test_replay_assignments_matches_assigning_one_by_one(cache):
+    changes = [(1, 0), (3, 5), (2, 9), (2, 12), (6, 20), (4, 20), (7, 31), (-1, 40), (8, 41)]
+    for epoch, start in changes:
+        if epoch >= 0:
+            cache.assign(epoch, start)
+    assert replay_assignments(changes) == cache.entries() == [(1, 0), (2, 9), (4, 20), (7, 31), (8, 41)]
 
 
 def test_end_offset_for_follows_kafka(cache):
@@ -116,13 +133,18 @@ def test_appends_keep_the_cache_and_recovery_trims_it():
     log = PartitionLog.open(disk, "/p", LogConfig(retention_ms=None), now_ms=0)
     log.append(make_batch(0, epoch=0), now_ms=0)
     log.append(make_batch(1, epoch=2), now_ms=0)
-    log.append(make_batch(2, epoch=1), now_ms=0)  # an older epoch is kept as is, not recorded
+    log.append(make_batch(2, epoch=1), now_ms=0)  # an older epoch: epoch 2 is forgotten
     log.flush()
     log.append(make_batch(3, epoch=5), now_ms=0)
-    assert log.epochs.entries() == [(0, 0), (2, 1), (5, 3)]
+    assert log.epochs.entries() == [(0, 0), (1, 2), (5, 3)]
     disk.crash()  # offset 3 was never fsynced; the cache entry for it was
     reopened = PartitionLog.open(disk, "/p", LogConfig(retention_ms=None), now_ms=0)
     assert reopened.log_end_offset == 3
-    assert reopened.epochs.entries() == [(0, 0), (2, 1)]
-    assert reopened.epochs.end_offset_for(2, reopened.log_end_offset) == (2, 3)
+    assert reopened.epochs.entries() == [(0, 0), (1, 2)]
+    assert reopened.epochs.end_offset_for(1, reopened.log_end_offset) == (1, 3)
     reopened.close()
+    # Rebuilt from the batches, the cache comes out the same.
+    disk.remove(f"/p/{CHECKPOINT_FILE}")
+    rebuilt = PartitionLog.open(disk, "/p", LogConfig(retention_ms=None), now_ms=0)
+    assert rebuilt.epochs.entries() == [(0, 0), (1, 2)]
+    rebuilt.close()

@@ -87,17 +87,18 @@ class LogModel(RuleBasedStateMachine):
 
     # ---- rules ------------------------------------------------------------------------
 
-    @rule(records=st.integers(1, 5), body_size=st.integers(0, 300), new_epoch=st.booleans(), advance_ms=st.integers(0, 500))
-    def append(self, records, body_size, new_epoch, advance_ms):
+    @rule(records=st.integers(1, 5), body_size=st.integers(0, 300), epoch_change=st.sampled_from([0, 0, 0, 1, -1]), advance_ms=st.integers(0, 500))
+    def append(self, records, body_size, epoch_change, advance_ms):
+        # Mostly the same epoch, sometimes a newer one, sometimes an older one (a follower
+        # copying a leader whose log went another way).
         self.now_ms += advance_ms
-        if new_epoch:
-            self.epoch += 1
+        self.epoch = max(0, self.epoch + epoch_change)
         batch = make_batch(self.end, records, body_size=body_size, epoch=self.epoch, base_timestamp_ms=self.now_ms)
         header = self.log.append(batch, now_ms=self.now_ms)
         assert header.base_offset == self.end
-        if not self.epochs or self.epoch > self.epochs[-1][0]:
-            # Kafka's assign: entries that start at or after the new one are dropped.
-            self.epochs = [e for e in self.epochs if e[1] < self.end] + [(self.epoch, self.end)]
+        if not self.epochs or self.epoch != self.epochs[-1][0]:
+            # Kafka's assign: entries at least as new, or starting here or later, go.
+            self.epochs = [e for e in self.epochs if e[0] < self.epoch and e[1] < self.end] + [(self.epoch, self.end)]
         self.batches.append(ModelBatch(self.end, self.end + records, batch))
 
     @rule(data=st.data())
@@ -140,7 +141,6 @@ class LogModel(RuleBasedStateMachine):
             self.empty_end = offset
         self.flushed_at_least = min(self.flushed_at_least, offset)
         self.epochs = [e for e in self.epochs if e[1] < offset]
-        self.epoch = max([self.epoch] + [e for e, _ in self.epochs])
 
     @rule(data=st.data())
     def delete_records(self, data):

@@ -32,7 +32,7 @@ from __future__ import annotations
 import random
 from typing import Any, Iterator
 
-from harness.generator import PENDING, Context, EachThread, Generator, Invocation, Observe, Stream, derive_seed
+from harness.generator import Context, EachThread, Generator, Invocation, Observe, Stream, derive_seed
 from harness.generator.core import Event, OpResult
 from harness.spec import RunSpec
 from workloads.base import Workload, option

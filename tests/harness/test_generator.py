@@ -7,7 +7,7 @@ from harness.generator import (
     Observe, Phases, Rand, Repeat, Seq, Sleep, Stagger, Stream, TimeLimit, clients, lift,
     nemesis, once, simulate, with_nemesis,
 )
-from harness.generator.core import Context, PENDING
+from harness.generator.core import Context
 from harness.generator.simulate import perfect
 
 S = 1_000_000_000

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from harness.generator import Completion, Invocation, Limit, Repeat, clients, nemesis, with_nemesis
+from harness.generator import Completion, Limit, Repeat, clients, with_nemesis
 from harness.history import HistoryWriter, read_history
 from harness.interpreter import Interpreter
 

@@ -2,9 +2,7 @@
 
 import itertools
 
-import pytest
-
-from harness.generator import Completion, Invocation, Limit, clients
+from harness.generator import Invocation, Limit, clients
 from harness.history import HistoryWriter, read_history
 from harness.interpreter import Interpreter
 from harness.spec import RunSpec

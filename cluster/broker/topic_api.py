@@ -84,6 +84,7 @@ def handle_metadata(broker: Broker, request: Request, reply: Reply) -> None:
         controller_id=broker.config.broker_id,
         topics=tuple(topics),
         cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+        error_code=ErrorCode.none,
     )
     reply(broker.respond(request, response))
 

@@ -45,7 +45,7 @@ SUPPORTED_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.PRODUCE: VersionRange(3, 10),
     ApiKey.FETCH: VersionRange(4, 16),
     ApiKey.LIST_OFFSETS: VersionRange(1, 7),
-    ApiKey.METADATA: VersionRange(0, 12),
+    ApiKey.METADATA: VersionRange(0, 13),
     ApiKey.OFFSET_COMMIT: VersionRange(2, 9),
     ApiKey.OFFSET_FETCH: VersionRange(1, 9),
     ApiKey.FIND_COORDINATOR: VersionRange(0, 3),

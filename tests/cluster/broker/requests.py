@@ -6,6 +6,7 @@ import datetime
 import uuid
 from typing import Any
 
+from cluster.protocol.codec import build
 from cluster.protocol.records import Record, build_batch
 from cluster.protocol.versions import ApiKey
 from tests.cluster.broker.core_driver import CoreDriver, Pending
@@ -32,7 +33,7 @@ def create_topic(driver: CoreDriver, name: str, partitions: int, configs: dict[s
 
 def metadata(driver: CoreDriver, topics: list[str] | None, version: int = 12, auto_create: bool = True) -> Any:
     topic_cls = driver.request_class(ApiKey.METADATA, version, "MetadataRequestTopic")
-    wanted = None if topics is None else tuple(topic_cls(name=t, topic_id=uuid.UUID(int=0)) for t in topics)
+    wanted = None if topics is None else tuple(build(topic_cls, name=t, topic_id=uuid.UUID(int=0)) for t in topics)
     return driver.call(ApiKey.METADATA, version, topics=wanted, allow_auto_topic_creation=auto_create,
                        include_topic_authorized_operations=False, include_cluster_authorized_operations=False)
 
@@ -73,8 +74,6 @@ def send_fetch(
     fetch_partition = part_cls(partition=partition, current_leader_epoch=current_leader_epoch, fetch_offset=offset, last_fetched_epoch=-1,
                                log_start_offset=-1, partition_max_bytes=partition_max_bytes)
     the_id = by_id if by_id is not None else (topic_id(driver, topic) if driver.broker.topics.by_name(topic) else uuid.UUID(int=0))
-    from cluster.protocol.codec import build
-
     fetch_topic = build(topic_cls, topic=topic, topic_id=the_id, partitions=(fetch_partition,))
     return driver.send(ApiKey.FETCH, version, replica_id=-1, max_wait=datetime.timedelta(milliseconds=max_wait_ms), min_bytes=min_bytes,
                        max_bytes=max_bytes, isolation_level=0, session_id=0, session_epoch=-1, topics=(fetch_topic,),

@@ -32,6 +32,15 @@ def test_create_topic_then_metadata_shows_ids_and_epochs() -> None:
     assert body.brokers[0].host == "127.0.0.10" and body.brokers[0].port == 9092
 
 
+def test_every_metadata_version_describes_the_topic() -> None:
+    driver = CoreDriver()
+    create_topic(driver, "orders", 2)
+    for version in range(0, 14):
+        body = metadata(driver, ["orders"], version=version)
+        assert [len(t.partitions) for t in body.topics if t.name == "orders"] == [2], f"Metadata v{version}"
+        assert body.brokers[0].node_id == 0
+
+
 def test_metadata_auto_creates_only_when_allowed() -> None:
     driver = CoreDriver()
     refused = metadata(driver, ["lazy"], auto_create=False)

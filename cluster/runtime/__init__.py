@@ -1,2 +1,4 @@
-"""Runtimes that drive the sans-I/O broker core: the asyncio TCP process, and (later) the
-deterministic simulation. Real clocks, sockets and files live here and nowhere in the core."""
+"""Runtimes that drive the sans-I/O broker core: the asyncio TCP process (connection,
+broker_main, real clock and scheduler) and virtual time for deterministic runs (the core's
+unit tests now, the simulator later). Real clocks, sockets and files live here and nowhere
+in the core."""

@@ -162,8 +162,7 @@ def test_explicit_flush_and_roll_advance_the_recovery_point(place):
 def test_retention_by_time(place):
     config = LogConfig(segment_bytes=1_000, index_interval_bytes=100, retention_ms=10_000)
     log = PartitionLog.open(place.disk, place.directory, config, now_ms=0)
-    log.epochs.assign(1, 0)
-    batches = fill(log, 30, ts0=1_000)  # timestamps 1_000 .. 1_292
+    batches = fill(log, 30, ts0=1_000, epoch=1)  # timestamps 1_000 .. 1_292
     bases = log.segment_base_offsets
     assert log.apply_retention(now_ms=11_000) == 0
     # Segment 0 holds batches 0..5, whose newest timestamp is 1_000 + 10*5 + 2.

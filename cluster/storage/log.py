@@ -17,10 +17,11 @@ Files in the partition directory:
   recovery-point               the offset below which everything was fsynced, as text
   log-start-offset             the first offset still offered, as text (only once it has moved)
 
-Recovery on open scans, with CRC checks, every segment from the one holding the checkpointed
-recovery point on, and cuts the log at the first torn, corrupt or out-of-sequence batch.
-Segments wholly below it were fsynced before the checkpoint was written; only their index is
-checked and the batches after its last entry rescanned.
+Recovery on open validates (framing, CRC-32C, contiguous offsets) every batch past the
+checkpointed recovery point and cuts the log at the first torn, corrupt or out-of-sequence
+batch. Batches below it were fsynced before the checkpoint was written: a segment's stored
+index is trusted up to its last entry when that entry is not past the checkpoint, and only
+the batches after it are rescanned. Recovery then fsyncs what it kept.
 """
 
 from __future__ import annotations

@@ -413,3 +413,16 @@ def test_maybe_flush_without_a_flush_interval_never_flushes(place):
     assert log.recovery_point == 0
     log.close()
     assert log.recovery_point == 9
+
+
+def test_explicit_roll(place):
+    log = PartitionLog.open(place.disk, place.directory, SMALL, now_ms=0)
+    log.roll(now_ms=0)  # nothing to roll away from
+    assert log.segment_base_offsets == [0]
+    fill(log, 2)
+    log.roll(now_ms=0)
+    assert log.segment_base_offsets == [0, 6]
+    assert log.recovery_point == 6  # the sealed segment was flushed
+    fill(log, 1)
+    assert [h.base_offset for h in log.batch_headers()] == [0, 3, 6]
+    log.close()

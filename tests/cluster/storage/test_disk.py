@@ -73,6 +73,7 @@ def test_memory_disk_crash_drops_exactly_the_unsynced_bytes():
     b.write(b"all lost")
     disk.write_atomic("/d/cp", b"kept")
     assert disk.unflushed_bytes() == len(b"-lost") + len(b"all lost")
+    assert disk.fsync_count == 2  # the fsync and the atomic write
     disk.crash()
     assert disk.read_all("/d/a") == b"durable"
     assert disk.read_all("/d/b") == b""  # the file itself survives, empty

@@ -1,0 +1,113 @@
+"""`logquake analyze <run-dir>`: check (or re-check) a recorded run.
+
+Converts the run's history.jsonl to history.parquet/, derives the claims from spec.json,
+runs the checkers on Spark, writes results.json and prints the verdict. Exit codes: 0 valid,
+1 invalid, 2 unknown, 254 for a corrupt history or bad arguments (the message names the
+problem and, for a history, the line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness.history import HistoryFormatError
+from harness.history_parquet import convert_history
+
+EXIT_BAD_ARGUMENTS = 254
+HISTORY_JSONL = "history.jsonl"
+HISTORY_PARQUET = "history.parquet"
+SPEC_JSON = "spec.json"
+RESULTS_JSON = "results.json"
+
+
+class AnalyzeError(ValueError):
+    """Bad arguments or inputs; the message says what is wrong."""
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("analyze", help="check a recorded run's history and write results.json",
+                                   description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir", help="run directory holding spec.json and history.jsonl")
+    parser.add_argument("--spark-master", default=None, help="Spark master URL (default local[*])")
+    parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting, repeatable (e.g. spark.driver.memory=4g)")
+    parser.set_defaults(handler=handle)
+
+
+def parse_spark_conf(items: list[str]) -> dict[str, str]:
+    conf = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise AnalyzeError(f"--spark-conf {item!r} is not KEY=VALUE")
+        conf[key.strip()] = value.strip()
+    return conf
+
+
+def run_id_for(run_dir: Path) -> str:
+    name = re.sub(r"[^A-Za-z0-9._+-]", "_", run_dir.resolve().name) or "run"
+    return name if name[0].isalnum() else f"r{name}"
+
+
+def analyze(run_dir: str | Path, *, spark_master: str | None = None, spark_conf: dict[str, str] | None = None,
+            out=sys.stdout) -> int:
+    """Convert, check, write results.json, print the verdict; returns the exit code."""
+    from checkers.claims import ClaimInputError, ClaimInputs
+    from checkers.pipeline import check_run
+    from checkers.result import CheckResult
+
+    run_path = Path(run_dir)
+    if not run_path.is_dir():
+        raise AnalyzeError(f"{run_path}: not a directory")
+    history = run_path / HISTORY_JSONL
+    if not history.is_file():
+        raise AnalyzeError(f"{history}: no history to analyse")
+    spec_path = run_path / SPEC_JSON
+    if not spec_path.is_file():
+        raise AnalyzeError(f"{spec_path}: missing (the claims under test come from it)")
+    try:
+        spec = json.loads(spec_path.read_text(encoding="utf-8"))
+        inputs = ClaimInputs.from_spec_json(spec)
+    except (json.JSONDecodeError, ClaimInputError) as exc:
+        raise AnalyzeError(f"{spec_path}: {exc}") from None
+    stats = convert_history(history, run_path / HISTORY_PARQUET, run_id_for(run_path))
+    if stats.torn_tail:
+        print(f"note: the last line of {history} was torn (an interrupted writer) and was skipped", file=out)
+    if stats.incomplete_ops:
+        print(f"note: {stats.incomplete_ops} operation(s) never completed; counted as unknown (info) outcomes",
+              file=out)
+
+    from checkers.spark import make_spark
+    spark = make_spark(spark_master=spark_master, spark_conf=spark_conf, small=stats.rows < 2_000_000)
+    result: CheckResult = check_run(run_path, inputs, spark)
+    result.stats.setdefault("history_ops", stats.ops)
+    result.save(run_path / RESULTS_JSON)
+    print_verdict(result, out)
+    return result.exit_code
+
+
+def print_verdict(result, out) -> None:
+    verdict = {True: "VALID", False: "INVALID", "unknown": "UNKNOWN"}[result.valid]
+    print(f"verdict: {verdict}", file=out)
+    for anomaly in result.anomalies:
+        status = "allowed" if anomaly.allowed else "BAD"
+        broken = f" (breaks {', '.join(anomaly.violates)})" if anomaly.violates else ""
+        first = anomaly.witnesses[0] if anomaly.witnesses else None
+        example = f"; e.g. ops {first.op_indices} {json.dumps(first.detail)[:200]}" if first else ""
+        print(f"  {anomaly.name}: {anomaly.count} [{status}]{broken} — {anomaly.explanation}{example}", file=out)
+    for error in result.errors:
+        print(f"  checker error in {error.checker}: {error.error.splitlines()[0] if error.error else ''}", file=out)
+
+
+def handle(args: argparse.Namespace) -> int:
+    try:
+        conf = parse_spark_conf(args.spark_conf)
+        return analyze(args.run_dir, spark_master=args.spark_master, spark_conf=conf)
+    except (AnalyzeError, HistoryFormatError) as exc:
+        print(f"logquake analyze: {exc}", file=sys.stderr)
+        return EXIT_BAD_ARGUMENTS

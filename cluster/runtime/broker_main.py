@@ -12,8 +12,9 @@ import sys
 
 # kio registers Hypothesis strategies for its types whenever Hypothesis is importable (it is,
 # as a test dependency); the broker process never uses them, and the import costs about half
-# a second of every broker start. Marking it absent makes kio skip it.
-if "hypothesis" not in sys.modules:
+# a second of every broker start. Marking it absent makes kio skip it; only in the broker
+# process itself, never in a process that merely imports this module.
+if __name__ == "__main__" and "hypothesis" not in sys.modules:
     sys.modules["hypothesis"] = None  # type: ignore[assignment]
 
 import argparse

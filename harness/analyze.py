@@ -54,12 +54,13 @@ def run_id_for(run_dir: Path) -> str:
     return name if name[0].isalnum() else f"r{name}"
 
 
-def analyze(run_dir: str | Path, *, spark_master: str | None = None, spark_conf: dict[str, str] | None = None,
-            out=sys.stdout) -> int:
-    """Convert, check, write results.json, print the verdict; returns the exit code."""
+def analyze_run(run_dir: str | Path, *, spark_master: str | None = None,
+                spark_conf: dict[str, str] | None = None, notes: list[str] | None = None):
+    """Convert, check and write results.json; returns the CheckResult. Raises AnalyzeError or
+    HistoryFormatError for bad inputs; a checker that fails makes the verdict unknown."""
     from checkers.claims import ClaimInputError, ClaimInputs
     from checkers.pipeline import check_run
-    from checkers.result import CheckResult
+    from checkers.spark import make_spark
 
     run_path = Path(run_dir)
     if not run_path.is_dir():
@@ -76,17 +77,27 @@ def analyze(run_dir: str | Path, *, spark_master: str | None = None, spark_conf:
     except (json.JSONDecodeError, ClaimInputError) as exc:
         raise AnalyzeError(f"{spec_path}: {exc}") from None
     stats = convert_history(history, run_path / HISTORY_PARQUET, run_id_for(run_path))
-    if stats.torn_tail:
-        print(f"note: the last line of {history} was torn (an interrupted writer) and was skipped", file=out)
-    if stats.incomplete_ops:
-        print(f"note: {stats.incomplete_ops} operation(s) never completed; counted as unknown (info) outcomes",
-              file=out)
-
-    from checkers.spark import make_spark
+    if notes is not None:
+        if stats.torn_tail:
+            notes.append(f"the last line of {history} was torn (an interrupted writer) and was skipped")
+        if stats.incomplete_ops:
+            notes.append(f"{stats.incomplete_ops} operation(s) never completed; counted as unknown (info) outcomes")
     spark = make_spark(spark_master=spark_master, spark_conf=spark_conf, small=stats.rows < 2_000_000)
-    result: CheckResult = check_run(run_path, inputs, spark)
+    result = check_run(run_path, inputs, spark)
     result.stats.setdefault("history_ops", stats.ops)
+    result.stats.setdefault("torn_tail", stats.torn_tail)
+    result.stats.setdefault("incomplete_ops", stats.incomplete_ops)
     result.save(run_path / RESULTS_JSON)
+    return result
+
+
+def analyze(run_dir: str | Path, *, spark_master: str | None = None, spark_conf: dict[str, str] | None = None,
+            out=sys.stdout) -> int:
+    """analyze_run, then print the notes and the verdict; returns the exit code."""
+    notes: list[str] = []
+    result = analyze_run(run_dir, spark_master=spark_master, spark_conf=spark_conf, notes=notes)
+    for note in notes:
+        print(f"note: {note}", file=out)
     print_verdict(result, out)
     return result.exit_code
 

@@ -271,25 +271,11 @@ def check(run: Run) -> tuple[Any, str]:
 
 
 def _analyze(run: Run) -> Any:
-    """harness.analyze when it exists (it owns re-analysis); else the checkers' own chain:
-    history.jsonl -> Parquet -> claims from spec.json -> one Spark job -> results.json."""
-    try:
-        analyze = importlib.import_module("harness.analyze")
-    except ImportError:
-        analyze = None
-    if analyze is not None and hasattr(analyze, "analyze_run"):
-        return analyze.analyze_run(run.run_dir)
-    from checkers.claims import ClaimInputs
-    from checkers.pipeline import HISTORY_PARQUET, check_run
-    from checkers.spark import make_spark
-    from harness.history_parquet import convert_history
+    """history.jsonl -> Parquet -> claims from spec.json -> one Spark job -> results.json,
+    as `logquake analyze` does it."""
+    from harness.analyze import analyze_run
 
-    parquet_dir = run.run_dir / HISTORY_PARQUET
-    convert_history(run.run_dir / store.HISTORY_FILE, parquet_dir, run.run_dir.name)
-    inputs = ClaimInputs.from_spec_json(run.spec.to_json())
-    result = check_run(parquet_dir, inputs, make_spark())
-    result.save(run.run_dir / store.RESULTS_FILE)
-    return result
+    return analyze_run(run.run_dir)
 
 
 def report(run: Run) -> None:

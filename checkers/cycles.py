@@ -109,7 +109,7 @@ def collect_graphs(fr: Frames) -> dict[str, tuple[list[tuple], dict[int, tuple[i
                   F.lit(None).cast("string").alias("rel"), F.lit(None).cast("long").alias("key"),
                   F.lit(None).cast("long").alias("value"), "invoke_index", "type")))
     out: dict[str, tuple[list[tuple], dict[int, tuple[int, str]]]] = defaultdict(lambda: ([], {}))
-    for row in tagged.toLocalIterator():
+    for row in tagged.collect():
         entry = out[row["run"]]
         if row["kind"] == "e":
             entry[0].append((row["src"], row["dst"], row["rel"], row["key"], row["value"]))

@@ -23,6 +23,7 @@ def default_conf(*, cores: int | None = None, small: bool = True) -> dict[str, s
     partitions = str(2 * cores)
     conf = {
         "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": partitions,
         "spark.default.parallelism": partitions,
         "spark.sql.adaptive.enabled": "false" if small else "true",

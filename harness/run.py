@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from harness import store
+from harness.analyze import analyze_run
 from harness.generator import (
     Completion, Generator, Invocation, Rand, Sleep, Stagger, Stream, TimeLimit, clients, derive_seed,
     nemesis as on_nemesis, with_nemesis,
@@ -29,6 +30,7 @@ from harness.generator.combinators import Seq
 from harness.history import HistoryWriter
 from harness.interpreter import Interpreter
 from harness.progress import Progress
+from harness.report import write_index, write_report
 from harness.spec import RunSpec
 from workloads import registry
 
@@ -253,13 +255,10 @@ def heal(run: Run) -> None:
 
 
 def check(run: Run) -> tuple[Any, str]:
-    """Run the checkers on the finished history and write results.json. Their absence or a
-    crash is 'unknown', never a crashed run."""
+    """Run the checkers on the finished history (history.jsonl -> Parquet -> claims from
+    spec.json -> one Spark job -> results.json). A crash is 'unknown', never a crashed run."""
     try:
-        result = _analyze(run)
-    except ImportError as exc:
-        run.log.warning("the checkers are not available (%s): verdict unknown", exc)
-        return "unknown", f"no checkers in this checkout ({exc}): verdict unknown"
+        result = analyze_run(run.run_dir)
     except Exception as exc:
         run.log.exception("the checkers crashed")
         return "unknown", f"the checkers crashed ({type(exc).__name__}: {exc}): verdict unknown"
@@ -270,21 +269,11 @@ def check(run: Run) -> tuple[Any, str]:
     return result.valid, f"valid={result.valid}{detail}"
 
 
-def _analyze(run: Run) -> Any:
-    """history.jsonl -> Parquet -> claims from spec.json -> one Spark job -> results.json,
-    as `logquake analyze` does it."""
-    from harness.analyze import analyze_run
-
-    return analyze_run(run.run_dir)
-
-
 def report(run: Run) -> None:
-    try:
-        from harness.report import write_report
-    except ImportError:
-        return
+    """Write the run's report.html and rebuild the results index (results/<name>/<ts>/)."""
     try:
         path = write_report(run.run_dir)
         run.log.info("report: %s", path)
+        write_index(run.run_dir.parent.parent)
     except Exception:
-        run.log.exception("writing the report failed")
+        run.log.exception("writing the report or the results index failed")

@@ -85,6 +85,9 @@ def test_a_short_queue_run_records_a_complete_history_and_ends_with_a_verdict(tm
     assert out.returncode == {True: 0, False: 1, "unknown": 2}[verdict["valid"]]
     assert verdict["valid"] is True, json.dumps(verdict, indent=1)[:3000]
     assert (results / "latest").resolve() == run_dir.resolve()
+    assert (run_dir / "report.html").exists()
+    index = (results / "index.html").read_text()  # rebuilt after the run, linking its report
+    assert f"{run_dir.parent.name}/{run_dir.name}/report.html" in index
     for pid in broker_pids(run_dir):
         assert not alive(pid)
 

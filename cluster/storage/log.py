@@ -111,7 +111,7 @@ class PartitionLog:
         checkpoint = self._read_offset_file(RECOVERY_POINT_FILE, rebuilt) or 0
         log_start_checkpoint = self._read_offset_file(LOG_START_OFFSET_FILE, rebuilt) or 0
         epochs_trusted = self._load_epochs(bool(bases), rebuilt)
-        batches, truncated, reason, scanned_epochs, scanned = self._load_segments(bases, checkpoint, now_ms, rebuilt)
+        batches, truncated, reason, scanned = self._load_segments(bases, checkpoint, now_ms, rebuilt)
 
         if not self._segments:
             self._segments.append(self._new_segment(log_start_checkpoint, now_ms))
@@ -134,16 +134,17 @@ class PartitionLog:
         self._recovery_point = self.log_end_offset
         self._write_recovery_point()
 
-        leo = self.log_end_offset
         if restarted_empty:
             self.epochs.clear()  # as truncate_fully_and_start_at does
         elif epochs_trusted:
-            self.epochs.truncate_from_end(leo)
-            # The checkpoint is rewritten before each new epoch's first batch is stored, so
-            # it already knows every epoch; this only covers a checkpoint older than its log.
-            for epoch, start_offset in scanned_epochs:
-                if epoch >= 0 and max(self._log_start_offset, self.epochs.latest_start_offset + 1) <= start_offset < leo:
-                    self.epochs.assign(epoch, start_offset)
+            self.epochs.truncate_from_end(self.log_end_offset)
+            # The checkpoint is rewritten before a new epoch's first batch is stored, so it
+            # covers the log, unless a crash undid batches whose older epoch had rewritten
+            # the cache's tail: then the cache no longer fits the last batch, and is rebuilt.
+            mismatch = self._epoch_mismatch_at_end()
+            if mismatch is not None:
+                rebuilt.append(f"{mismatch}; leader-epoch cache rebuilt from batch headers")
+                self.epochs.replace(self._epoch_starts_from_headers())
         else:
             self.epochs.replace(self._epoch_starts_from_headers())
         self.epochs.truncate_from_start(self._log_start_offset)
@@ -178,13 +179,12 @@ class PartitionLog:
 
     def _load_segments(
         self, bases: list[int], checkpoint: int, now_ms: int, rebuilt: list[str]
-    ) -> tuple[int, int, str | None, list[tuple[int, int]], list[Segment]]:
+    ) -> tuple[int, int, str | None, list[Segment]]:
         """Load and validate every segment in order, cutting the log at the first problem
         and deleting every segment after it. Returns (batches scanned, bytes cut, why,
-        epoch changes seen, segments that hold data past the checkpoint)."""
+        segments that hold data past the checkpoint)."""
         batches = truncated = 0
         reason: str | None = None
-        scanned_epochs: list[tuple[int, int]] = []
         scanned: list[Segment] = []
         for base in bases:
             segment = Segment(self._disk, self.directory, base, index_interval_bytes=self.config.index_interval_bytes, created_ms=now_ms)
@@ -195,9 +195,8 @@ class PartitionLog:
                 truncated += self._disk.file_size(segment.log_path)
                 segment.delete()
                 continue
-            result, epoch_starts = segment.load(trusted_below=checkpoint)
+            result = segment.load(trusted_below=checkpoint)
             batches += result.batches_scanned
-            scanned_epochs += epoch_starts
             if segment.next_offset > checkpoint:
                 scanned.append(segment)
             if result.index_rebuild_reason is not None:
@@ -207,10 +206,25 @@ class PartitionLog:
                 truncated += result.invalid_tail_bytes
                 segment.cut_invalid_tail()
             self._segments.append(segment)
-        return batches, truncated, reason, scanned_epochs, scanned
+        return batches, truncated, reason, scanned
 
     def _new_segment(self, base_offset: int, now_ms: int) -> Segment:
         return Segment.create(self._disk, self.directory, base_offset, index_interval_bytes=self.config.index_interval_bytes, now_ms=now_ms)
+
+    def _epoch_mismatch_at_end(self) -> str | None:
+        """Why the epoch cache does not fit the log's last batch, or None if it does."""
+        if self._log_start_offset >= self.log_end_offset:
+            return None
+        located = self._segments[self._segment_index_for(self.log_end_offset - 1)].locate(self.log_end_offset - 1)
+        if located is None:
+            return None
+        last = located[1]
+        if last.partition_leader_epoch < 0:
+            return None
+        cached = self.epochs.epoch_for_offset(max(last.base_offset, self._log_start_offset))
+        if cached == last.partition_leader_epoch:
+            return None
+        return f"the last batch (offset {last.base_offset}) has epoch {last.partition_leader_epoch}, the cache says {cached}"
 
     def _epoch_starts_from_headers(self) -> list[tuple[int, int]]:
         """The cache the appends of the stored batches would have built."""

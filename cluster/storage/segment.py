@@ -276,15 +276,14 @@ class Segment:
 
     # ---- loading and validation -------------------------------------------------------
 
-    def load(self, *, trusted_below: int | None) -> tuple[LoadResult, list[tuple[int, int]]]:
+    def load(self, *, trusted_below: int | None) -> LoadResult:
         """Read the segment from disk and validate it.
 
         Batches below `trusted_below` (the recovery point: they were fsynced) may be skipped
         by resuming from the stored index, if it is sane and its last entry is not past that
         offset; everything after the resume point is checked (framing, CRC, offsets). With
-        None every batch is checked and the index rebuilt. Returns the result and the
-        (epoch, start offset) changes seen in the scanned batches, for the leader-epoch
-        cache. The caller cuts the file at the problem, if any.
+        None every batch is checked and the index rebuilt. The caller cuts the file at the
+        problem, if any.
         """
         file_size = self._disk.file_size(self.log_path)
         rebuild_reason = None
@@ -305,14 +304,14 @@ class Segment:
         self._bytes_since_index_entry = 0
         self.first_batch_timestamp_ms = None
         entries_before = len(self.index)
-        batches, problem, epoch_starts = self._scan(position, file_size)
+        batches, problem = self._scan(position, file_size)
         if position > 0:
             self.first_batch_timestamp_ms = self.header_at(0).max_timestamp_ms
         index_dirty = full_scan or len(self.index) != entries_before or rebuild_reason is not None
         if problem is not None or index_dirty:
             # Written whole: a rebuilt index replaces whatever was there.
             self._write_whole_index()
-        return LoadResult(batches, problem, file_size - self.size_bytes, rebuild_reason), epoch_starts
+        return LoadResult(batches, problem, file_size - self.size_bytes, rebuild_reason)
 
     def _load_index(self, file_size: int) -> tuple[tuple[int, int, int, int] | None, str | None]:
         """Where to resume scanning from the stored index, or (None, why it cannot be used)."""
@@ -332,12 +331,10 @@ class Segment:
             return (0, self.base_offset, NO_TIMESTAMP, -1), None
         return (last.position, last.offset, last.max_timestamp_before_ms, last.offset_of_max_timestamp_before), None
 
-    def _scan(self, position: int, file_size: int) -> tuple[int, str | None, list[tuple[int, int]]]:
+    def _scan(self, position: int, file_size: int) -> tuple[int, str | None]:
         """Validate batches from `position` to the end of the file, accounting each good one;
-        stops at the first bad one. Returns (batches, problem, epoch changes)."""
+        stops at the first bad one. Returns (batches, problem)."""
         batches = 0
-        epoch_starts: list[tuple[int, int]] = []
-        latest_epoch: int | None = None
         buffer = b""
         buffer_start = position
         expected_offset = self.next_offset
@@ -347,30 +344,27 @@ class Segment:
                 buffer, buffer_start, at = self._disk.read(self.log_path, position, _SCAN_CHUNK_BYTES), position, 0
             where = f"at offset {expected_offset} (byte {position}) in {self.name}"
             if len(buffer) - at < HEADER_SIZE:
-                return batches, f"torn batch header {where}: {len(buffer) - at} of {HEADER_SIZE} bytes", epoch_starts
+                return batches, f"torn batch header {where}: {len(buffer) - at} of {HEADER_SIZE} bytes"
             try:
                 header = parse_header(buffer, at)
             except InvalidBatchError as error:
-                return batches, f"invalid batch {where}: {error}", epoch_starts
+                return batches, f"invalid batch {where}: {error}"
             if header.size_bytes > file_size - position:
-                return batches, f"torn batch {where}: it claims {header.size_bytes} bytes, {file_size - position} remain", epoch_starts
+                return batches, f"torn batch {where}: it claims {header.size_bytes} bytes, {file_size - position} remain"
             if len(buffer) - at < header.size_bytes:
                 buffer = self._disk.read(self.log_path, position, max(_SCAN_CHUNK_BYTES, header.size_bytes))
                 buffer_start, at = position, 0
             if not crc_is_valid(buffer, header, at):
-                return batches, f"CRC mismatch {where}", epoch_starts
+                return batches, f"CRC mismatch {where}"
             if header.base_offset != expected_offset:
-                return batches, f"batch with offset {header.base_offset} {where}, where offset {expected_offset} was expected", epoch_starts
+                return batches, f"batch with offset {header.base_offset} {where}, where offset {expected_offset} was expected"
             if not self.fits_offsets(header):
-                return batches, f"batch {where} ends past the segment's 32-bit relative offset range", epoch_starts
+                return batches, f"batch {where} ends past the segment's 32-bit relative offset range"
             self._account(header, position)
-            if header.partition_leader_epoch != latest_epoch:
-                latest_epoch = header.partition_leader_epoch
-                epoch_starts.append((latest_epoch, header.base_offset))
             batches += 1
             position += header.size_bytes
             expected_offset = header.next_offset
-        return batches, None, epoch_starts
+        return batches, None
 
     def cut_invalid_tail(self) -> None:
         """Truncate the log file to the valid data found by load()."""
@@ -381,7 +375,7 @@ class Segment:
         """Rescan the whole segment (while the log is open) and rewrite its index."""
         was_open = self.is_open_for_append
         self.close()
-        result, _ = self.load(trusted_below=None)
+        result = self.load(trusted_below=None)
         if result.problem is not None:
             raise CorruptLogError(f"{self.name} became unreadable while open ({reason}): {result.problem}")
         if was_open:

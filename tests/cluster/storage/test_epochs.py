@@ -148,3 +148,22 @@ def test_appends_keep_the_cache_and_recovery_trims_it():
     rebuilt = PartitionLog.open(disk, "/p", LogConfig(retention_ms=None), now_ms=0)
     assert rebuilt.epochs.entries() == [(0, 0), (1, 2)]
     rebuilt.close()
+
+
+def test_a_crash_that_undoes_an_older_epochs_rewrite_rebuilds_the_cache():
+    # Found by the model test: an older epoch rewrote the cache's tail (the checkpoint is
+    # written at once), then a crash lost that batch; the cache must fit the log again.
+    disk = MemoryDisk()
+    config = LogConfig(retention_ms=None)
+    log = PartitionLog.open(disk, "/p", config, now_ms=0)
+    log.append(make_batch(0, epoch=1), now_ms=0)
+    log.append(make_batch(1, epoch=3), now_ms=0)
+    log.flush()
+    log.append(make_batch(2, epoch=2), now_ms=0)
+    assert log.epochs.entries() == [(1, 0), (2, 2)]
+    disk.crash()
+    reopened = PartitionLog.open(disk, "/p", config, now_ms=0)
+    assert reopened.log_end_offset == 2
+    assert reopened.epochs.entries() == [(1, 0), (3, 1)]
+    assert any("the last batch (offset 1) has epoch 3, the cache says 1" in note for note in reopened.recovery.rebuilt)
+    reopened.close()

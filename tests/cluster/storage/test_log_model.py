@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from cluster.storage.disk import Disk, MemoryDisk, OsDisk
+from cluster.storage.epochs import replay_assignments
 from cluster.storage.log import LogConfig, OffsetOutOfRangeError, PartitionLog
 from tests.cluster.storage.batches import make_batch
 
@@ -27,6 +28,7 @@ DIRECTORY = "/kafka/topic-3"
 class ModelBatch:
     base_offset: int
     next_offset: int
+    epoch: int
     data: bytes
 
 
@@ -99,7 +101,7 @@ class LogModel(RuleBasedStateMachine):
         if not self.epochs or self.epoch != self.epochs[-1][0]:
             # Kafka's assign: entries at least as new, or starting here or later, go.
             self.epochs = [e for e in self.epochs if e[0] < self.epoch and e[1] < self.end] + [(self.epoch, self.end)]
-        self.batches.append(ModelBatch(self.end, self.end + records, batch))
+        self.batches.append(ModelBatch(self.end, self.end + records, self.epoch, batch))
 
     @rule(data=st.data())
     def read(self, data):
@@ -210,8 +212,21 @@ class LogModel(RuleBasedStateMachine):
 
     def after_reopen(self) -> None:
         # Recovery drops epoch entries that start at or past the recovered end, as Kafka's
-        # truncateFromEnd(logEndOffset) does, then trims them to the log start.
+        # truncateFromEnd(logEndOffset) does; if the cache then disagrees with the last
+        # batch (a crash undid an older epoch's rewrite of its tail), it is rebuilt from the
+        # batches; then it is trimmed to the log start.
         self.epochs = [e for e in self.epochs if e[1] < self.end]
+        visible = self.visible()
+        if visible:
+            last = visible[-1]
+            at = max(last.base_offset, self.log_start)
+            cached = next((e for e, start in reversed(self.epochs) if start <= at), -1)
+            if cached != last.epoch:
+                changes = []
+                for batch in visible:
+                    if not changes or batch.epoch != changes[-1][0]:
+                        changes.append((batch.epoch, batch.base_offset))
+                self.epochs = replay_assignments(changes)
         self.model_truncate_epochs_from_start()
         self.flushed_at_least = self.end
 

@@ -39,7 +39,9 @@ def template_batch() -> bytes:
     return build_batch(records, base_offset=0, timestamp_ms=1_700_000_000_000, partition_leader_epoch=0)
 
 
-def append_run(directory: str, batches: list[bytes], *, flush_every_write: bool, lose_unflushed: bool, max_seconds: float) -> tuple[float, int, int]:
+def append_run(
+    directory: str, batches: list[bytes], *, flush_every_write: bool, lose_unflushed: bool, max_seconds: float
+) -> tuple[float, int, int]:
     """(seconds, batches appended, bytes appended)."""
     disk = OsDisk(lose_unflushed_on_crash=lose_unflushed)
     config = LogConfig(retention_ms=None, flush_interval_messages=1 if flush_every_write else None)
@@ -148,7 +150,9 @@ def main() -> None:
                 reference_path = os.path.join(root, "reference.bin")
                 # Start each run with no dirty pages queued, so an fsync waits for its own data.
                 os.sync()
-                elapsed, appended, size = append_run(directory, batches, flush_every_write=flush_every_write, lose_unflushed=lose_unflushed, max_seconds=budget)
+                elapsed, appended, size = append_run(
+                    directory, batches, flush_every_write=flush_every_write, lose_unflushed=lose_unflushed, max_seconds=budget
+                )
                 os.sync()
                 reference = reference_write(reference_path, batches[:appended], fsync=flush_every_write)
                 os.remove(reference_path)

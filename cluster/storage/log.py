@@ -599,5 +599,8 @@ class PartitionLog:
         self.close()
 
     def __repr__(self) -> str:
-        return f"PartitionLog({self.directory!r}, start={self._log_start_offset}, end={self.log_end_offset}, segments={len(self._segments)})"
+        return (
+            f"PartitionLog({self.directory!r}, start={self._log_start_offset}, "
+            f"end={self.log_end_offset}, segments={len(self._segments)})"
+        )
 

@@ -145,7 +145,11 @@ SCENARIO: list[tuple[str, Operation, Callable[[World], int | None]]] = [
     ("delete records", lambda w: w.log.delete_records_before(w.log.log_start_offset + 3), lambda w: None),
     ("append more", lambda w: w.append(9, epoch=3), lambda w: None),
     ("flush", lambda w: w.log.flush(), lambda w: None),
-    ("truncate three segments back", lambda w: w.log.truncate_to(w.log.segment_base_offsets[-3] + 2), lambda w: w.log.segment_base_offsets[-3] + 2),
+    (
+        "truncate three segments back",
+        lambda w: w.log.truncate_to(w.log.segment_base_offsets[-3] + 2),
+        lambda w: w.log.segment_base_offsets[-3] + 2,
+    ),
     ("append", lambda w: w.append(3, epoch=4), lambda w: None),
     ("clean close and reopen", reopen, lambda w: None),
     ("reset", lambda w: w.log.truncate_fully_and_start_at(w.log.log_end_offset + 5, now_ms=w.now_ms), lambda w: None),

@@ -89,7 +89,12 @@ class LogModel(RuleBasedStateMachine):
 
     # ---- rules ------------------------------------------------------------------------
 
-    @rule(records=st.integers(1, 5), body_size=st.integers(0, 300), epoch_change=st.sampled_from([0, 0, 0, 1, -1]), advance_ms=st.integers(0, 500))
+    @rule(
+        records=st.integers(1, 5),
+        body_size=st.integers(0, 300),
+        epoch_change=st.sampled_from([0, 0, 0, 1, -1]),
+        advance_ms=st.integers(0, 500),
+    )
     def append(self, records, body_size, epoch_change, advance_ms):
         # Mostly the same epoch, sometimes a newer one, sometimes an older one (a follower
         # copying a leader whose log went another way).
@@ -189,7 +194,8 @@ class LogModel(RuleBasedStateMachine):
         if torn is None:
             # Exactly the fsynced prefix survives, cut cleanly at a batch boundary.
             assert report.reason is None and report.truncated_bytes == 0, report
-            recovered_end = max([b.next_offset for b in self.batches if b.next_offset <= durable], default=self.batches[0].base_offset if self.batches else self.empty_end)
+            first = self.batches[0].base_offset if self.batches else self.empty_end
+            recovered_end = max([b.next_offset for b in self.batches if b.next_offset <= durable], default=first)
         else:
             # A torn tail may keep some unsynced batches whole; the torn one is cut.
             assert (report.reason is None) == (report.truncated_bytes == 0), report

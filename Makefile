@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 DEBS := kcat:kcat java:openjdk-17-jre-headless nft:nftables unshare:util-linux ip:iproute2 chromium:chromium
 PYTEST_ARGS ?=
 
-.PHONY: setup debs demo test lint bench clean
+.PHONY: setup debs demo smoke test lint bench clean
 
 setup: debs $(STAMP)
 
@@ -28,11 +28,21 @@ lint: setup
 test: lint
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
+# A real Jepsen-style test against the bundled cluster: queue workload, crash and pause
+# faults, checked by the Spark checkers, with an HTML report. Ends by printing where the
+# results are (results/latest/report.html).
+DEMO_ARGS ?= --workload queue --nemesis kill,pause --time-limit 30 --name demo
 demo: setup
+	$(VENV)/bin/logquake test $(DEMO_ARGS)
+	@echo "report: results/latest/report.html   (browse all runs: $(VENV)/bin/logquake serve)"
+
+# Seconds-long sanity check of the bundled broker with confluent-kafka (no harness).
+smoke: setup
 	$(PY) -m harness.demo
 
+# Every benchmark in bench/, one after the other; each prints its own figures.
 bench: setup
-	$(PY) -m bench.run
+	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) -m bench.$$(basename $$b .py) || exit 1; done
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

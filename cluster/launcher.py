@@ -11,6 +11,11 @@ run it inside a network namespace) and `extra_env(broker_id)` adds environment v
 (e.g. LD_PRELOAD of libfaketime). Processes get PR_SET_PDEATHSIG=SIGKILL (unless
 `die_with_parent=False`, for the detached CLI), so they die even if the test process is
 killed outright.
+
+The kernel fires PR_SET_PDEATHSIG when the *thread* that forked the child exits, not when
+the process does. So every broker is forked from one spawner thread per process that lives
+as long as the process: a broker (re)started from a short-lived worker thread (a nemesis, a
+test's helper thread) outlives that thread, and still dies with the process.
 """
 
 from __future__ import annotations
@@ -23,8 +28,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,6 +54,31 @@ def broker_host(broker_id: int) -> str:
 def _die_with_parent() -> None:
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+_spawner_lock = threading.Lock()
+_spawner: ThreadPoolExecutor | None = None
+
+
+def _forget_spawner_after_fork() -> None:
+    # A forked child inherits the executor object but not its thread.
+    global _spawner, _spawner_lock
+    _spawner = None
+    _spawner_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_spawner_after_fork)
+
+
+def _spawn_from_process_lifetime_thread(argv: list[str], **popen_kwargs: object) -> subprocess.Popen[bytes]:
+    """Popen from the process-wide spawner thread, which is never shut down, so the
+    parent-death signal of the child fires only when this whole process ends."""
+    global _spawner
+    with _spawner_lock:
+        if _spawner is None:
+            _spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="logquake-broker-spawner")
+        spawner = _spawner
+    return spawner.submit(subprocess.Popen, argv, **popen_kwargs).result()
 
 
 @dataclass
@@ -168,16 +200,11 @@ class LocalCluster:
         if self._extra_env:
             env.update(self._extra_env(broker_id))
         with open(broker.log_path, "ab") as log_file:
-            broker.popen = subprocess.Popen(
-                self.argv(broker_id),
-                stdin=subprocess.DEVNULL,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=project_root,
-                preexec_fn=_die_with_parent if self._die_with_parent else None,
-                start_new_session=not self._die_with_parent,
-            )
+            popen_kwargs: dict[str, object] = dict(stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, env=env, cwd=project_root)
+            if self._die_with_parent:
+                broker.popen = _spawn_from_process_lifetime_thread(self.argv(broker_id), preexec_fn=_die_with_parent, **popen_kwargs)
+            else:
+                broker.popen = subprocess.Popen(self.argv(broker_id), start_new_session=True, **popen_kwargs)  # type: ignore[call-overload]
         broker.pid = broker.popen.pid
         self._paused.discard(broker_id)
         self._wait_ready(broker)

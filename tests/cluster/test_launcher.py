@@ -4,6 +4,11 @@ readiness, clear start errors, and teardown that leaves no process behind."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import threading
+import time
 
 import pytest
 
@@ -78,3 +83,73 @@ def test_bad_config_is_a_start_error_with_the_broker_output(tmp_path) -> None:
 def test_more_brokers_than_replication_allows_is_refused() -> None:
     with pytest.raises(ValueError, match="without replication"):
         LocalCluster(brokers=2)
+
+
+def _wait_until_thread_gone(native_id: int) -> None:
+    # join() returns before the OS thread has finished exiting; the parent-death signal is
+    # sent during that exit, so wait for the kernel to have released the thread.
+    while os.path.exists(f"/proc/self/task/{native_id}"):
+        time.sleep(0.01)
+
+
+def test_a_broker_restarted_from_a_short_lived_thread_outlives_the_thread(make_cluster) -> None:
+    cluster = make_cluster()
+    cluster.kill(0)
+    errors: list[BaseException] = []
+
+    def restart() -> None:
+        try:
+            cluster.start(0)
+        except BaseException as error:
+            errors.append(error)
+
+    worker = threading.Thread(target=restart, name="short-lived-restarter")
+    worker.start()
+    worker.join()
+    assert not errors, errors
+    _wait_until_thread_gone(worker.native_id)
+    broker = cluster.brokers[0]
+    # A broker SIGKILLed by the thread's exit cannot answer this round trip.
+    probe(broker.host, broker.port)
+    assert cluster.is_alive(0), f"broker exited with status {broker.popen.returncode} when the thread that started it ended"
+
+
+_HOLDER = """
+import sys, threading, time
+from cluster.launcher import LocalCluster
+cluster = LocalCluster(base_dir=sys.argv[1], config={"offsets.topic.num.partitions": "1"}).__enter__()
+print(cluster.brokers[0].pid, flush=True)
+cluster.kill(0)
+restarter = threading.Thread(target=cluster.start, args=(0,))
+restarter.start(); restarter.join()
+print(cluster.brokers[0].pid, cluster.brokers[0].port, flush=True)
+time.sleep(600)
+"""
+
+
+def test_sigkill_of_the_process_holding_a_cluster_takes_its_brokers_down(tmp_path) -> None:
+    project_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(tmp_path / "c")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=project_root, text=True)
+    broker_pid = None
+    try:
+        first_pid = holder.stdout.readline().strip()
+        restarted_pid = holder.stdout.readline().strip()
+        assert first_pid and restarted_pid, f"holder failed: {holder.stderr.read() if holder.poll() is not None else '(running)'}"
+        broker_pid, port = (int(field) for field in restarted_pid.split())
+        probe("127.0.0.10", port)  # alive after its starter thread ended
+        holder.kill()
+        holder.wait()
+        # The broker was started from a thread that has ended; it must still go down
+        # with its process, which only the parent-death signal can make happen.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and os.path.exists(f"/proc/{broker_pid}") and _state(broker_pid) != "Z":
+            time.sleep(0.05)
+        assert not os.path.exists(f"/proc/{broker_pid}") or _state(broker_pid) == "Z", f"broker {broker_pid} survived the SIGKILL of its parent"
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+        if broker_pid is not None and os.path.exists(f"/proc/{broker_pid}"):
+            os.kill(broker_pid, signal.SIGKILL)
+        holder.stdout.close()
+        holder.stderr.close()

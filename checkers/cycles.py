@@ -56,65 +56,63 @@ class CycleReport:
 
 
 def _writer_of(fr: Frames) -> DataFrame:
-    return fr.writes.groupBy(RUN, "key", "value").agg(F.min("op_index").alias("writer"))
+    """(run, key, value) → its writing op with that op's invocation index and type."""
+    return (fr.writes.groupBy(RUN, "key", "value")
+            .agg(F.min(F.struct("op_index", "invoke_index", "type")).alias("w"))
+            .select(RUN, "key", "value", F.col("w.op_index").alias("writer"),
+                    F.col("w.invoke_index").alias("writer_invoke"), F.col("w.type").alias("writer_type")))
 
 
-def data_edges(fr: Frames) -> DataFrame:
-    """All ww and wr edges: run, src, dst, rel, key, value. (Runs without ww-deps drop the ww
-    edges on the driver, so one job serves runs of both kinds.)"""
-    writer = _writer_of(fr)
-    wr = (fr.reads.select(RUN, "key", "value", F.col("op_index").alias("dst")).distinct()
-          .join(writer, [RUN, "key", "value"])
-          .select(RUN, F.col("writer").alias("src"), "dst", F.lit("wr").alias("rel"), "key", "value")
-          .where(F.col("src") != F.col("dst")))
-    prev_slot = fr.slots.select(RUN, "key", (F.col("idx") + 1).alias("idx"), F.col("rep").alias("prev_value"))
-    ww = (fr.by_value.join(prev_slot, [RUN, "key", "idx"])
-          .join(writer, [RUN, "key", "value"])
-          .join(writer.select(RUN, "key", F.col("value").alias("prev_value"), F.col("writer").alias("src")),
-                [RUN, "key", "prev_value"])
-          .select(RUN, "src", F.col("writer").alias("dst"), F.lit("ww").alias("rel"), "key", "value")
-          .where(F.col("src") != F.col("dst")))
-    return ww.unionByName(wr)
+def _backward(src_invoke: str, dst_op: str, dst_type: str):
+    """The target completed (not info) before the source was invoked."""
+    return (F.col(dst_type) != "info") & (F.col(dst_op) < F.col(src_invoke))
+
+
+EDGE_COLUMNS = ("run", "src", "dst", "rel", "key", "value", "src_invoke", "src_type", "dst_invoke", "dst_type")
 
 
 def pruned_edges(fr: Frames) -> DataFrame:
-    edges = data_edges(fr)
+    """The ww and wr edges a cycle can use (see the module docstring), with both ends' times.
+    Runs without ww-deps drop the ww edges on the driver, so one job serves both kinds."""
+    writer = _writer_of(fr)
     write_keys = fr.writes.groupBy(RUN, "op_index").agg(F.countDistinct("key").alias("n_keys"))
-    readers = fr.reads.select(RUN, "op_index").distinct()
-    linking = (write_keys.join(readers.withColumn("reads", F.lit(True)), [RUN, "op_index"], "left")
-               .where((F.col("n_keys") > 1) | F.col("reads").isNotNull()).select(RUN, "op_index"))
-    linked_keys = fr.writes.join(linking, [RUN, "op_index"], "left_semi").select(RUN, "key").distinct()
-    writer_ops = fr.writes.select(RUN, F.col("op_index").alias("dst")).distinct()
-    kept_ww = edges.where(F.col("rel") == "ww").join(linked_keys, [RUN, "key"], "left_semi")
-    kept_wr = edges.where(F.col("rel") == "wr").join(writer_ops, [RUN, "dst"], "left_semi")
-    ops = fr.ops.select(RUN, "op_index", "invoke_index", "type")
-    times = edges.join(ops.select(RUN, F.col("op_index").alias("src"), F.col("invoke_index").alias("src_invoke")),
-                       [RUN, "src"])
-    times = times.join(ops.select(RUN, F.col("op_index").alias("dst"), F.col("type").alias("dst_type")), [RUN, "dst"])
-    backward = (times.where((F.col("dst_type") != "info") & (F.col("dst") < F.col("src_invoke")))
-                .select(*edges.columns))
-    return kept_ww.unionByName(kept_wr).unionByName(backward).distinct()
+    reader_ops = fr.reads.select(RUN, "op_index").distinct().withColumn("reads", F.lit(True))
+    writer_ops = (write_keys.join(reader_ops, [RUN, "op_index"], "left")
+                  .select(RUN, "op_index", ((F.col("n_keys") > 1) | F.col("reads").isNotNull()).alias("linking")))
+    linked_keys = (fr.writes.join(writer_ops.where("linking"), [RUN, "op_index"], "left_semi")
+                   .select(RUN, "key").distinct().withColumn("linked", F.lit(True)))
+    wr = (fr.reads.select(RUN, "key", "value", F.col("op_index").alias("dst"), F.col("invoke_index").alias("dst_invoke"),
+                          F.col("type").alias("dst_type")).distinct()
+          .join(writer, [RUN, "key", "value"])
+          .join(writer_ops.select(RUN, F.col("op_index").alias("dst"), F.lit(True).alias("dst_writes")), [RUN, "dst"],
+                "left")
+          .where((F.col("writer") != F.col("dst"))
+                 & (F.col("dst_writes").isNotNull() | _backward("writer_invoke", "dst", "dst_type")))
+          .select(RUN, F.col("writer").alias("src"), "dst", F.lit("wr").alias("rel"), "key", "value",
+                  F.col("writer_invoke").alias("src_invoke"), F.col("writer_type").alias("src_type"),
+                  "dst_invoke", "dst_type"))
+    prev_slot = fr.slots.select(RUN, "key", (F.col("idx") + 1).alias("idx"), F.col("rep").alias("prev_value"))
+    prev_writer = writer.select(RUN, "key", F.col("value").alias("prev_value"), F.col("writer").alias("src"),
+                                F.col("writer_invoke").alias("src_invoke"), F.col("writer_type").alias("src_type"))
+    ww = (fr.by_value.join(prev_slot, [RUN, "key", "idx"])
+          .join(writer, [RUN, "key", "value"])
+          .join(prev_writer, [RUN, "key", "prev_value"])
+          .join(linked_keys, [RUN, "key"], "left")
+          .where((F.col("src") != F.col("writer"))
+                 & (F.col("linked").isNotNull() | _backward("src_invoke", "writer", "writer_type")))
+          .select(RUN, "src", F.col("writer").alias("dst"), F.lit("ww").alias("rel"), "key", "value", "src_invoke",
+                  "src_type", F.col("writer_invoke").alias("dst_invoke"), F.col("writer_type").alias("dst_type")))
+    return ww.unionByName(wr)
 
 
 def collect_graphs(fr: Frames) -> dict[str, tuple[list[tuple], dict[int, tuple[int, str]]]]:
     """run → (edges [(src, dst, rel, key, value)], vertices {op: (invoke_index, type)})."""
-    edges = pruned_edges(fr)
-    ops = fr.ops.select(RUN, "op_index", "invoke_index", "type")
-    ends = (edges.select(RUN, F.col("src").alias("op_index"))
-            .unionByName(edges.select(RUN, F.col("dst").alias("op_index"))).distinct())
-    tagged = (edges.select(RUN, F.lit("e").alias("kind"), "src", "dst", "rel", "key", "value",
-                           F.lit(None).cast("long").alias("invoke_index"), F.lit(None).cast("string").alias("type"))
-              .unionByName(ends.join(ops, [RUN, "op_index"]).select(
-                  RUN, F.lit("v").alias("kind"), F.col("op_index").alias("src"), F.lit(None).cast("long").alias("dst"),
-                  F.lit(None).cast("string").alias("rel"), F.lit(None).cast("long").alias("key"),
-                  F.lit(None).cast("long").alias("value"), "invoke_index", "type")))
     out: dict[str, tuple[list[tuple], dict[int, tuple[int, str]]]] = defaultdict(lambda: ([], {}))
-    for row in tagged.collect():
-        entry = out[row["run"]]
-        if row["kind"] == "e":
-            entry[0].append((row["src"], row["dst"], row["rel"], row["key"], row["value"]))
-        else:
-            entry[1][row["src"]] = (row["invoke_index"], row["type"])
+    for row in pruned_edges(fr).collect():
+        edges, vertices = out[row["run"]]
+        edges.append((row["src"], row["dst"], row["rel"], row["key"], row["value"]))
+        vertices[row["src"]] = (row["src_invoke"], row["src_type"])
+        vertices[row["dst"]] = (row["dst_invoke"], row["dst_type"])
     return dict(out)
 
 

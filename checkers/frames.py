@@ -45,7 +45,6 @@ class Frames:
     log: DataFrame
     slots: DataFrame
     by_value: DataFrame
-    ops: DataFrame
 
     def idx(self, df: DataFrame, value_col: str, out: str) -> DataFrame:
         """Add the dense index of `value_col` (per run, key) as column `out` (null if unknown)."""
@@ -81,11 +80,8 @@ def build_frames(history: DataFrame) -> Frames:
                                                    F.count(F.lit(1)).alias("n_values"))
              .withColumn("idx", F.row_number().over(slot_window) - 1))
     by_value = slots.groupBy(RUN, "key", F.col("rep").alias("value")).agg(F.max("idx").alias("idx"))
-    ops = (history.groupBy(RUN, "op_index")
-           .agg(F.first("process").alias("process"), F.first("invoke_index").alias("invoke_index"),
-                F.first("type").alias("type"), F.first("f").alias("f")))
     return Frames(history=history, reads=reads, writes=writes, committed=committed, log=log, slots=slots,
-                  by_value=by_value, ops=ops)
+                  by_value=by_value)
 
 
 def persist(fr: Frames) -> Frames:

@@ -1,0 +1,256 @@
+"""Benchmark: the whole Spark check against plain DuckDB SQL for the five core checks.
+
+Generates a synthetic queue history of N micro-ops straight to Parquet (numpy, vectorised):
+producers send unique values to K partitions (97 % ok, 2 % fail, 1 % info, half of which
+reach the log), each partition's offsets have occasional gaps, three consumers assigned to
+every partition read it from offset 0 in chunks of 1–29 records, and a few anomalies are
+injected (lost acknowledged writes, duplicated values). Then it times:
+
+  spark cold   the first check_runs in a fresh session (session start reported apart)
+  spark warm   the second check_runs in the same session
+  duckdb       lost-write, duplicate, inconsistent-offsets, nonmonotonic-poll and poll-skip as
+               SQL over the same Parquet (single-machine reference)
+
+and prints micro-ops/s, the Spark/DuckDB ratio and peak memory (the process tree's RSS,
+Spark's JVM included). Usage: bench/bench_checkers.py [--sizes 1e5,1e6] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from harness.history_parquet import DICTIONARY_COLUMNS, SCHEMA  # noqa: E402
+
+CONSUMERS = 3
+
+
+def generate(n_micro_ops: int, out_dir: Path, seed: int = 7, partitions: int = 16) -> dict[str, int]:
+    rng = np.random.default_rng(seed)
+    sends = max(n_micro_ops // (1 + CONSUMERS), 10)
+    key = rng.integers(0, partitions, sends)
+    roll = rng.random(sends)
+    typ = np.where(roll < 0.97, "ok", np.where(roll < 0.99, "fail", "info"))
+    in_log = (typ == "ok") | ((typ == "info") & (rng.random(sends) < 0.5))
+    value = np.arange(sends, dtype=np.int64)
+    # Offsets per partition in send order, with a gap after ~5 % of records (commit markers).
+    order = np.lexsort((np.arange(sends), key))
+    step = np.where(in_log[order], 1 + (rng.random(sends) < 0.05), 0)
+    keys_sorted = key[order]
+    cum = np.cumsum(step)
+    first_of_key = np.r_[0, np.flatnonzero(np.diff(keys_sorted)) + 1]
+    base = np.repeat(cum[first_of_key] - step[first_of_key], np.diff(np.r_[first_of_key, sends]))
+    offset_sorted = cum - base - step  # offset of each record within its partition
+    offset = np.empty(sends, np.int64)
+    offset[order] = offset_sorted
+    # Injected anomalies: lost acknowledged writes (consumers never see them) and duplicates.
+    ok_idx = np.flatnonzero(typ == "ok")
+    lost = rng.choice(ok_idx, 3, replace=False)
+    visible = in_log.copy()
+    visible[lost] = False
+    send_op = 2 * np.arange(sends, dtype=np.int64) + 1
+    send_offset = np.where(typ == "fail", -1, offset)
+    tables = [_table(process=np.zeros(sends, np.int64), op_index=send_op, invoke_index=send_op - 1, typ=typ,
+                     f="send", mop_f="send", key=key, offset=send_offset, value=value,
+                     row_in_op=np.zeros(sends, np.int32))]
+    # The log each consumer reads: visible records sorted by (key, offset), plus duplicates.
+    log_idx = np.flatnonzero(visible)
+    dup_src = rng.choice(ok_idx[~np.isin(ok_idx, lost)], 3, replace=False)
+    log_key = np.r_[key[log_idx], key[dup_src]]
+    log_off = np.r_[offset[log_idx], np.array([10**9 + i for i in range(3)])]
+    log_val = np.r_[value[log_idx], value[dup_src]]
+    by = np.lexsort((log_off, log_key))
+    log_key, log_off, log_val = log_key[by], log_off[by], log_val[by]
+    next_index = 2 * sends
+    for consumer in range(1, CONSUMERS + 1):
+        n = len(log_key)
+        sizes = rng.integers(1, 30, n)
+        chunk = np.repeat(np.arange(n), sizes)[:n]
+        new_key = np.r_[True, log_key[1:] != log_key[:-1]]
+        chunk = np.cumsum(np.r_[True, (chunk[1:] != chunk[:-1]) | new_key[1:]]) - 1
+        first = np.r_[0, np.flatnonzero(np.diff(chunk)) + 1]
+        row_in_op = (np.arange(n) - np.repeat(first, np.diff(np.r_[first, n]))).astype(np.int32)
+        assign_index = next_index + 1
+        tables.append(_table(process=np.full(partitions, consumer), op_index=np.full(partitions, assign_index),
+                             invoke_index=np.full(partitions, assign_index - 1), typ="ok", f="assign",
+                             mop_f="assign", key=np.arange(partitions), offset=None, value=None,
+                             row_in_op=np.arange(partitions, dtype=np.int32)))
+        op = assign_index + 2 + 2 * chunk
+        tables.append(_table(process=np.full(n, consumer), op_index=op, invoke_index=op - 1, typ="ok", f="poll",
+                             mop_f="poll", key=log_key, offset=log_off, value=log_val, row_in_op=row_in_op))
+        next_index = int(op.max()) + 1
+    run_dir = out_dir / "run=bench"
+    run_dir.mkdir(parents=True)
+    writer = pq.ParquetWriter(run_dir / "part-00000.parquet", SCHEMA, compression="zstd",
+                              use_dictionary=DICTIONARY_COLUMNS)
+    rows = 0
+    for table in tables:
+        writer.write_table(table, row_group_size=1_000_000)
+        rows += len(table)
+    writer.close()
+    return {"rows": rows, "sends": sends, "lost": 3, "duplicates": 3}
+
+
+def _table(*, process, op_index, invoke_index, typ, f, mop_f, key, offset, value, row_in_op) -> pa.Table:
+    n = len(op_index)
+
+    def col(x, dtype):
+        if x is None:
+            return pa.nulls(n, dtype)
+        if isinstance(x, str):
+            return pa.array([x] * n, dtype)
+        return pa.array(x, dtype)
+
+    off = None if offset is None else pa.array(offset, pa.int64(), mask=np.asarray(offset) < 0)
+    return pa.table({
+        "process": col(process, pa.int64()), "op_index": col(op_index, pa.int64()),
+        "invoke_index": col(invoke_index, pa.int64()), "type": col(typ if isinstance(typ, str) else list(typ), pa.string()),
+        "f": col(f, pa.string()), "mop_index": pa.array(np.zeros(n, np.int32)), "row_in_op": col(row_in_op, pa.int32()),
+        "mop_f": col(mop_f, pa.string()), "key": col(key, pa.int64()),
+        "offset": off if off is not None else pa.nulls(n, pa.int64()), "value": col(value, pa.int64()),
+        "invoke_time_ns": col(np.asarray(invoke_index) * 1000, pa.int64()),
+        "complete_time_ns": col(np.asarray(op_index) * 1000, pa.int64()),
+        "error": pa.nulls(n, pa.string()), "rebalanced": pa.array(np.zeros(n, bool)),
+        "group": pa.nulls(n, pa.string()),
+    }, schema=SCHEMA)
+
+
+DUCKDB_CHECKS = {
+    "lost-write": """
+        WITH polls AS (SELECT key, "offset", value FROM h WHERE f = 'poll' AND type = 'ok' AND key IS NOT NULL),
+             sends AS (SELECT key, "offset", value FROM h WHERE f = 'send' AND type = 'ok' AND "offset" IS NOT NULL),
+             mx AS (SELECT key, max("offset") AS max_off FROM polls GROUP BY key)
+        SELECT count(*) FROM sends s JOIN mx USING (key) WHERE s."offset" < mx.max_off
+          AND NOT EXISTS (SELECT 1 FROM polls p WHERE p.key = s.key AND p.value = s.value)""",
+    "duplicate": """
+        WITH pov AS (SELECT DISTINCT key, "offset", value FROM h
+                     WHERE (f = 'poll' OR (f = 'send' AND type = 'ok')) AND "offset" IS NOT NULL)
+        SELECT count(*) FROM (SELECT key, value FROM pov GROUP BY key, value HAVING count(*) > 1)""",
+    "inconsistent-offsets": """
+        WITH pov AS (SELECT DISTINCT key, "offset", value FROM h
+                     WHERE (f = 'poll' OR (f = 'send' AND type = 'ok')) AND "offset" IS NOT NULL)
+        SELECT count(*) FROM (SELECT key, "offset" FROM pov GROUP BY key, "offset" HAVING count(*) > 1)""",
+    "nonmonotonic-poll": """
+        SELECT count(*) FROM (SELECT "offset", lag("offset") OVER (PARTITION BY process, key
+                              ORDER BY op_index, row_in_op) AS prev FROM h WHERE f = 'poll' AND type = 'ok')
+        WHERE "offset" <= prev""",
+    "poll-skip": """
+        WITH known AS (SELECT DISTINCT key, "offset" FROM h WHERE (f = 'poll' OR (f = 'send' AND type = 'ok'))
+                       AND "offset" IS NOT NULL),
+             nxt AS (SELECT key, "offset" AS prev, lead("offset") OVER (PARTITION BY key ORDER BY "offset") AS next_known
+                     FROM known),
+             succ AS (SELECT key, "offset" AS cur, lag("offset") OVER (PARTITION BY process, key
+                      ORDER BY op_index, row_in_op) AS prev FROM h WHERE f = 'poll' AND type = 'ok')
+        SELECT count(*) FROM succ JOIN nxt USING (key, prev) WHERE cur > prev + 1 AND cur > next_known""",
+}
+
+
+class PeakMemory:
+    """Samples the RSS of this process and its children (Spark's JVM) every 100 ms."""
+
+    def __init__(self) -> None:
+        self.peak_bytes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        me = psutil.Process()
+        while not self._stop.is_set():
+            total = 0
+            for proc in [me] + me.children(recursive=True):
+                try:
+                    total += proc.memory_info().rss
+                except psutil.Error:
+                    pass
+            self.peak_bytes = max(self.peak_bytes, total)
+            self._stop.wait(0.1)
+
+    def __enter__(self) -> "PeakMemory":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def bench_duckdb(parquet_dir: Path) -> tuple[float, dict[str, int], int]:
+    import duckdb
+
+    with PeakMemory() as mem:
+        con = duckdb.connect()
+        con.execute(f"CREATE VIEW h AS SELECT * FROM read_parquet('{parquet_dir}/run=*/*.parquet')")
+        best = float("inf")
+        counts = {}
+        for _ in range(2):
+            start = time.perf_counter()
+            counts = {name: con.execute(sql).fetchone()[0] for name, sql in DUCKDB_CHECKS.items()}
+            best = min(best, time.perf_counter() - start)
+        con.close()
+    return best, counts, mem.peak_bytes
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1e5,1e6", help="comma-separated micro-op counts (e.g. 1e5,1e6,1e7)")
+    parser.add_argument("--keep", default=None, help="write histories here and keep them")
+    parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args()
+    sizes = [int(float(s)) for s in args.sizes.split(",")]
+    root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-checkers-"))
+    from checkers.claims import ClaimInputs
+    from checkers.pipeline import check_runs
+    from checkers.spark import make_spark
+
+    conf = dict(item.split("=", 1) for item in args.spark_conf)
+    inputs = ClaimInputs(acks="all", min_insync_replicas=2, idempotence=True)
+    print(f"cores {os.cpu_count()}, load average {os.getloadavg()[0]:.1f}")
+    print(f"{'micro-ops':>10} {'rows':>10} {'start s':>8} {'cold s':>8} {'warm s':>8} {'duckdb s':>9} "
+          f"{'warm ops/s':>11} {'ratio':>6} {'spark peak MB':>14} {'duckdb peak MB':>15}  found")
+    try:
+        for size in sizes:
+            out = root / f"h{size}"
+            if out.exists():
+                shutil.rmtree(out)
+            facts = generate(size, out)
+            small = facts["rows"] < 2_000_000
+            with PeakMemory() as spark_mem:
+                start = time.perf_counter()
+                spark = make_spark(spark_conf=conf, small=small)
+                spark.range(1).count()
+                started = time.perf_counter() - start
+                start = time.perf_counter()
+                cold = check_runs(out, inputs, spark)["bench"]
+                cold_s = time.perf_counter() - start
+                start = time.perf_counter()
+                warm = check_runs(out, inputs, spark)["bench"]
+                warm_s = time.perf_counter() - start
+                spark.stop()
+            duck_s, duck_counts, duck_peak = bench_duckdb(out)
+            found = {a.name: a.count for a in warm.anomalies}
+            assert {a.name: a.count for a in cold.anomalies} == found
+            print(f"{size:>10} {facts['rows']:>10} {started:>8.1f} {cold_s:>8.1f} {warm_s:>8.1f} {duck_s:>9.2f} "
+                  f"{facts['rows'] / warm_s:>11.0f} {warm_s / duck_s:>6.1f} {spark_mem.peak_bytes / 2**20:>14.0f} "
+                  f"{duck_peak / 2**20:>15.0f}  spark {found} duckdb {duck_counts} errors {warm.errors}",
+                  flush=True)
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

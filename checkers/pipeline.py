@@ -155,9 +155,9 @@ def _check(history: DataFrame, fr: Frames, inputs: ClaimInputs | Mapping[str, Cl
             found[name] = (anomaly_rows[0]["count"],
                            [Witness(op_indices=list(r["op_indices"]), detail=json.loads(r["detail"]))
                             for r in anomaly_rows])
-        if run in graphs:
+        if not graph_errors:
             try:
-                edges, vertices = graphs[run]
+                edges, vertices = graphs.get(run, ([], {}))
                 report = cycles.search(edges, vertices, ww_deps=run_inputs.ww_deps, realtime=realtime)
                 stats[run]["graph_vertices"] = report.vertices
                 stats[run]["graph_edges"] = report.edges

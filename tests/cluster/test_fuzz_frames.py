@@ -28,14 +28,15 @@ from dataclasses import dataclass
 
 import kio.index
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
+from kio.index import EntityType
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import Records
 
 from cluster.launcher import LocalCluster
 from cluster.protocol.client import WireClient
-from cluster.protocol.codec import RequestError, decode_request
+from cluster.protocol.codec import RequestError, decode_request, payload_class
 from cluster.protocol.frames import DEFAULT_MAX_FRAME_BYTES, MIN_REQUEST_BYTES
 from cluster.protocol.versions import SUPPORTED_VERSIONS, ApiKey, api_name, is_supported
 from tests.cluster.conftest import TEST_BROKER_CONFIG
@@ -113,6 +114,26 @@ def valid_requests(draw) -> ValidRequest:
     correlation_id = draw(st.integers(-(2**31), 2**31 - 1))
     frame = encode_request(api_key, version, correlation_id, body)
     return ValidRequest(api_key, version, frame, expects_answer=not (api_key == ApiKey.PRODUCE and body.acks == 0))
+
+
+def _regression_requests() -> list[ValidRequest]:
+    """Valid requests the broker once failed on (found by this fuzzer), always sent."""
+    fetch_topic = payload_class(ApiKey.FETCH, 13, "FetchTopic", EntityType.request)
+    fetch_partition = payload_class(ApiKey.FETCH, 13, "FetchPartition", EntityType.request)
+    metadata_topic = payload_class(ApiKey.METADATA, 11, "MetadataRequestTopic", EntityType.request)
+    # Fetch by topic id with the all-zero id (kio reads it as None): an unknown topic id.
+    fetch = kio.index.load_request_schema(ApiKey.FETCH, 13)(
+        max_wait=datetime.timedelta(0), min_bytes=0, forgotten_topics_data=(),
+        topics=(fetch_topic(topic_id=None, partitions=(fetch_partition(partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1024),)),),
+    )
+    # Metadata v10/v11 may name a topic by id only (name null); v11's answer has no null name.
+    metadata = kio.index.load_request_schema(ApiKey.METADATA, 11)(
+        topics=(metadata_topic(topic_id=None, name=None),), allow_auto_topic_creation=False, include_topic_authorized_operations=False,
+    )
+    return [
+        ValidRequest(ApiKey.FETCH, 13, encode_request(ApiKey.FETCH, 13, 1, fetch), expects_answer=True),
+        ValidRequest(ApiKey.METADATA, 11, encode_request(ApiKey.METADATA, 11, 2, metadata), expects_answer=True),
+    ]
 
 
 FORGED_LENGTHS = [b"\x7f\xff\xff\xff", b"\x80\x00\x00\x00", b"\xff\xff\xff\xff", b"\xff\xff\xff\xff\x0f", b"\x80\x80\x80\x80\x08", b"\xff\xff", b"\x00\x00"]
@@ -337,7 +358,14 @@ def test_well_framed_requests_with_random_headers_and_bodies(cluster, api_key, a
         assert is_supported(api_key, api_version) or api_key == ApiKey.API_VERSIONS
 
 
+def _with_regression_examples(test):
+    for request in _regression_requests():
+        test = example(request=request, operations=[("flip", 20, 0x80)], fix_size_prefix=True)(test)
+    return test
+
+
 @FUZZ_SETTINGS
+@_with_regression_examples
 @given(request=valid_requests(), operations=st.lists(mutations, min_size=1, max_size=4), fix_size_prefix=st.booleans())
 def test_valid_requests_are_answered_and_mutated_ones_do_no_harm(cluster, request: ValidRequest, operations, fix_size_prefix) -> None:
     expected = int(request.expects_answer)

@@ -55,7 +55,8 @@ def _read(broker: Broker, request: Request) -> _FetchRead:
     for topic in body.topics:
         info = broker.topics.by_id(topic.topic_id) if by_id else broker.topics.by_name(topic.topic)
         name = info.name if info is not None else (topic.topic if not by_id else "")
-        out = FetchTopicResult(name, topic.topic_id if by_id else (info.topic_id if info else _ZERO_UUID))
+        # kio reads the all-zero topic id as None; answer it like any unknown id.
+        out = FetchTopicResult(name, (topic.topic_id or _ZERO_UUID) if by_id else (info.topic_id if info else _ZERO_UUID))
         topics.append(out)
         for p in topic.partitions:
             partition = broker.partition(info.name, p.partition) if info is not None else None

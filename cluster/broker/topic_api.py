@@ -22,6 +22,9 @@ NO_THROTTLE = datetime.timedelta(0)
 # Kafka's sentinel for "authorized operations not requested".
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 _ZERO_UUID = uuid.UUID(int=0)
+# Kafka sets no limit, but each partition costs files and memory; one bad CreateTopics
+# (a fuzzed 2^31 count) must not exhaust the machine.
+MAX_PARTITIONS_PER_TOPIC = 10_000
 
 
 def handle_metadata(broker: Broker, request: Request, reply: Reply) -> None:
@@ -42,10 +45,14 @@ def handle_metadata(broker: Broker, request: Request, reply: Reply) -> None:
     topics = []
     for name, topic_id in requested:
         info = broker.topics.by_name(name) if name is not None else None
-        if name is None and topic_id is not None:
-            info = broker.topics.by_id(topic_id)
+        if name is None:
+            # A topic named by id alone (Metadata v12+ makes names nullable). Before v12 a
+            # null name cannot even be encoded in the answer, so it is a bad request.
+            info = broker.topics.by_id(topic_id) if topic_id is not None and version >= 12 else None
             if info is None:
-                topics.append(build(topic_cls, error_code=ErrorCode.unknown_topic_id, name=None, topic_id=topic_id, is_internal=False,
+                error = ErrorCode.unknown_topic_id if version >= 12 and topic_id is not None else ErrorCode.invalid_request
+                topics.append(build(topic_cls, error_code=error, name=None if version >= 12 else "",
+                                    topic_id=topic_id if topic_id is not None else _ZERO_UUID, is_internal=False,
                                     partitions=(), topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
                 continue
         if info is None:
@@ -119,6 +126,8 @@ def _validate_new_topic(broker: Broker, topic: Any) -> tuple[ErrorCode, str | No
         partitions = broker.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
     if partitions < 1:
         return ErrorCode.invalid_partitions, f"number of partitions must be >= 1, got {partitions}", -1
+    if partitions > MAX_PARTITIONS_PER_TOPIC:
+        return ErrorCode.invalid_partitions, f"{partitions} partitions exceed this broker's limit of {MAX_PARTITIONS_PER_TOPIC} per topic", -1
     replication = broker.config.default_replication_factor if topic.replication_factor == -1 else topic.replication_factor
     if replication != 1 and not topic.assignments:
         return ErrorCode.invalid_replication_factor, f"replication factor {replication} exceeds the 1 available broker", -1

@@ -25,6 +25,8 @@ def test_create_topic_then_metadata_shows_ids_and_epochs() -> None:
     assert again.topics[0].error_code is ErrorCode.topic_already_exists
     bad = create_topic(driver, "no spaces allowed", 1)
     assert bad.topics[0].error_code is ErrorCode.invalid_topic_exception
+    huge = create_topic(driver, "huge", 2**31 - 1)  # must be refused, not built
+    assert huge.topics[0].error_code is ErrorCode.invalid_partitions and "limit" in huge.topics[0].error_message
     body = metadata(driver, ["orders"])
     (topic,) = body.topics
     assert topic.topic_id == topic_id(driver, "orders") and topic.topic_id.int != 0

@@ -1,9 +1,9 @@
 """Parquet histories in, one CheckResult per run out.
 
-All per-record checks of all runs go into one Spark job (their outputs share one shape and
-are unioned, ranked per (run, anomaly) and cut to the witnesses kept), the dependency graph
-is a second collection, and run statistics a third; so one history or a thousand cost about
-the same fixed overhead. A check that fails is retried alone so the others still report;
+All per-record checks of all runs go into one Spark action (their outputs share one shape
+and are unioned, ranked per (run, anomaly) and cut to the witnesses kept), the dependency
+graph is a second collection, and run statistics a third; so one history or a thousand cost
+about the same fixed overhead. A check that fails is retried alone so the others still report;
 its error makes the verdict "unknown", never a crash.
 """
 

@@ -92,8 +92,10 @@ def analyze_run(run_dir: str | Path, *, spark_master: str | None = None,
 
 
 def analyze(run_dir: str | Path, *, spark_master: str | None = None, spark_conf: dict[str, str] | None = None,
-            out=sys.stdout) -> int:
+            out=None) -> int:
     """analyze_run, then print the notes and the verdict; returns the exit code."""
+    # Looked up per call: a default bound at import would keep whatever stdout was then.
+    out = sys.stdout if out is None else out
     notes: list[str] = []
     result = analyze_run(run_dir, spark_master=spark_master, spark_conf=spark_conf, notes=notes)
     for note in notes:

@@ -8,6 +8,28 @@ from typing import Callable, Protocol
 from harness.generator import Completion, Generator, Invocation
 
 
+# Jepsen's client settings (reference/jepsen-kafka.md §1.4), shared by every workload: 10 s
+# delivery timeout, 3 s request timeout, fast reconnects, earliest reset. Also spelled out:
+# librdkafka defaults that decide the claims a run makes (acks, idempotence, retries,
+# in-flight requests, isolation level), so spec.json records them.
+JEPSEN_CLIENT_CONFIG: dict[str, str] = {
+    "acks": "all",
+    "enable.idempotence": "false",
+    "retries": "2147483647",
+    "max.in.flight.requests.per.connection": "1000000",
+    "message.timeout.ms": "10000",
+    "request.timeout.ms": "3000",
+    "reconnect.backoff.max.ms": "1000",
+    "socket.connection.setup.timeout.ms": "1000",
+    "socket.timeout.ms": "10000",
+    "auto.offset.reset": "earliest",
+    "isolation.level": "read_committed",
+    "session.timeout.ms": "6000",
+    "heartbeat.interval.ms": "300",
+    "enable.partition.eof": "false",
+}
+
+
 class Client(Protocol):
     """One Jepsen process's connection to the system. Used by one thread at a time.
 

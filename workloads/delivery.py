@@ -35,7 +35,7 @@ from typing import Any, Iterator
 from harness.generator import Context, EachThread, Generator, Invocation, Observe, Stream, derive_seed
 from harness.generator.core import Event, OpResult
 from harness.spec import RunSpec
-from workloads.base import Workload, option
+from workloads.base import JEPSEN_CLIENT_CONFIG, Workload, option
 from workloads.keys import unique_value
 
 NAME = "delivery"
@@ -43,21 +43,8 @@ COMMIT_MODES = ("after", "before", "auto")
 GROUP = "logquake-delivery"
 
 BASE_CLIENT_CONFIG: dict[str, str] = {
-    "acks": "all",
-    "enable.idempotence": "false",
-    "retries": "2147483647",
-    "max.in.flight.requests.per.connection": "1000000",
-    "message.timeout.ms": "10000",
-    "request.timeout.ms": "3000",
-    "reconnect.backoff.max.ms": "1000",
-    "socket.connection.setup.timeout.ms": "1000",
-    "socket.timeout.ms": "10000",
+    **JEPSEN_CLIENT_CONFIG,
     "group.id": GROUP,
-    "auto.offset.reset": "earliest",
-    "isolation.level": "read_committed",
-    "session.timeout.ms": "6000",
-    "heartbeat.interval.ms": "300",
-    "enable.partition.eof": "false",
     "enable.auto.offset.store": "true",
 }
 

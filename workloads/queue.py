@@ -29,35 +29,19 @@ from harness.generator import (
 )
 from harness.generator.core import Event, OpResult, fill_in
 from harness.spec import RunSpec
-from workloads.base import Workload, option
+from workloads.base import JEPSEN_CLIENT_CONFIG, Workload, option
 from workloads.keys import KeyPool, unique_value
 
 NAME = "queue"
 FINAL_POLL_MS = 1000
 FINAL_POLL_INTERVAL_NS = 200_000_000
 
-# Effective client defaults (librdkafka names), after Jepsen's client: 10 s delivery
-# timeout, 3 s request timeout, fast reconnects, one consumer group, earliest reset. Also
-# spelled out: librdkafka defaults that decide the claims a run makes (acks, idempotence,
-# retries, in-flight requests, isolation level, auto-commit).
+# Effective client defaults (librdkafka names): Jepsen's, one consumer group, manual commits.
 DEFAULT_CLIENT_CONFIG: dict[str, str] = {
-    "acks": "all",
-    "enable.idempotence": "false",
-    "retries": "2147483647",
-    "max.in.flight.requests.per.connection": "1000000",
-    "message.timeout.ms": "10000",
-    "request.timeout.ms": "3000",
-    "reconnect.backoff.max.ms": "1000",
-    "socket.connection.setup.timeout.ms": "1000",
-    "socket.timeout.ms": "10000",
+    **JEPSEN_CLIENT_CONFIG,
     "linger.ms": "0",
     "group.id": "jepsen-group",
-    "auto.offset.reset": "earliest",
     "enable.auto.commit": "false",
-    "isolation.level": "read_committed",
-    "session.timeout.ms": "6000",
-    "heartbeat.interval.ms": "300",
-    "enable.partition.eof": "false",
 }
 
 

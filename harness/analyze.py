@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness import store
 from harness.history import HistoryFormatError
 from harness.history_parquet import convert_history
 
@@ -120,7 +121,23 @@ def print_verdict(result, out) -> None:
 def handle(args: argparse.Namespace) -> int:
     try:
         conf = parse_spark_conf(args.spark_conf)
-        return analyze(args.run_dir, spark_master=args.spark_master, spark_conf=conf)
+        code = analyze(args.run_dir, spark_master=args.spark_master, spark_conf=conf)
     except (AnalyzeError, HistoryFormatError) as exc:
         print(f"logquake analyze: {exc}", file=sys.stderr)
         return EXIT_BAD_ARGUMENTS
+    _write_report(Path(args.run_dir))
+    return code
+
+
+def _write_report(run_dir: Path) -> None:
+    """The re-checked run gets a fresh report (and its store a fresh index). A report that
+    cannot be written is said, but does not change the verdict's exit code."""
+    from harness.report import write_index, write_report
+
+    try:
+        print(f"report: {write_report(run_dir)}")
+        root = store.results_root_of(run_dir.resolve())
+        if root is not None:
+            print(f"index: {write_index(root)}")
+    except Exception as exc:
+        print(f"logquake analyze: could not write the report: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -267,3 +267,11 @@ def _fill_from_results(summary: RunSummary, results: dict[str, Any]) -> None:
 def list_runs(results_root: str | os.PathLike[str]) -> list[RunSummary]:
     """Every run under the results root, newest first, each summarised from its files."""
     return [summarize_run(run, results_root=results_root) for run in find_runs(results_root)]
+
+
+def results_root_of(run_dir: str | os.PathLike[str]) -> Path | None:
+    """The results root holding run_dir (results/<name>/<timestamp>), recognised by the
+    store's `latest` link; None for a run directory outside a results store."""
+    run_dir = Path(run_dir)
+    root = run_dir.parent.parent
+    return root if (root / LATEST).is_symlink() and parse_timestamp(run_dir.name) else None

@@ -16,12 +16,6 @@ EXIT_BAD_ARGUMENTS = 254
 EXIT_HARNESS_ERROR = 255
 
 
-def _results_root_of(run_dir: Path) -> Path | None:
-    """The results root holding run_dir, recognised by the store's `latest` link."""
-    root = run_dir.parent.parent
-    return root if (root / store.LATEST).is_symlink() and store.parse_timestamp(run_dir.name) else None
-
-
 def _run(args: argparse.Namespace) -> int:
     from harness.report import write_index, write_report
 
@@ -35,7 +29,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"logquake report: could not write the report of {run_dir}: {exc}", file=sys.stderr)
         return EXIT_HARNESS_ERROR
     print(f"report: {report}")
-    root = _results_root_of(run_dir)
+    root = store.results_root_of(run_dir)
     if root is not None and not args.no_index:
         print(f"index: {write_index(root)}")
     return EXIT_OK

@@ -41,6 +41,7 @@ def test_analyze_invalid_run_then_allowed_under_acks_1(spark, tmp_path, capsys):
     assert main(["analyze", str(run_dir)]) == 1
     out = capsys.readouterr().out
     assert "verdict: INVALID" in out and "lost-write: 1 [BAD]" in out and "torn" in out
+    assert "report: " in out and "lost-write" in (run_dir / "report.html").read_text()  # analyze re-renders the report
     result = CheckResult.load(run_dir / "results.json")
     assert result.valid is False
     assert (run_dir / "history.parquet" / "run=run1" / "part-00000.parquet").is_file()

@@ -115,9 +115,13 @@ def consumer_ops(seed: int, thread: int, opts: DeliveryOptions, group: str, *, c
 class DeliveryObserver:
     """Highest acknowledged offset per partition, and how far consumers have got."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, drain_by_commit: bool = False) -> None:
         self.sent: dict[int, int] = {}
         self.consumed: dict[int, int] = {}  # partition -> next offset known consumed
+        self.committed: dict[int, int] = {}  # partition -> highest next offset committed
+        # Commit-after-processing consumers have drained only once their processing is
+        # committed too; otherwise the run ends with the group's offsets behind its work.
+        self.drain_by_commit = drain_by_commit
 
     def observe(self, event: Event) -> None:
         if event.type != "ok":
@@ -134,9 +138,12 @@ class DeliveryObserver:
             for key, next_offset in event.value.items():
                 if next_offset > self.consumed.get(int(key), 0):
                     self.consumed[int(key)] = next_offset
+                if next_offset > self.committed.get(int(key), 0):
+                    self.committed[int(key)] = next_offset
 
     def drained(self, targets: dict[int, int]) -> bool:
-        return all(self.consumed.get(k, 0) > offset for k, offset in targets.items())
+        reached = self.committed if self.drain_by_commit else self.consumed
+        return all(reached.get(k, 0) > offset for k, offset in targets.items())
 
 
 class UntilDrained(Generator):
@@ -167,7 +174,7 @@ def build(spec: RunSpec, bootstrap_servers: str) -> Workload:
     from workloads.clients.delivery import DeliveryClient
 
     opts = DeliveryOptions(dict(spec.workload_options), spec.brokers, spec.concurrency)
-    observer = DeliveryObserver()
+    observer = DeliveryObserver(drain_by_commit=opts.commit_mode == "after")
     seed, concurrency = spec.seed, spec.concurrency
     client_config = dict(spec.client_config)
     group = client_config.get("group.id", GROUP)

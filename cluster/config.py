@@ -62,6 +62,18 @@ def parse_assignments(pairs: list[str]) -> dict[str, str]:
     return out
 
 
+def parse_voter(text: str) -> tuple[int, str, int]:
+    """KRaft's "ID@HOST:PORT" (one voter: this cluster runs a single controller)."""
+    node, at, address = text.partition("@")
+    host, colon, port = address.rpartition(":")
+    try:
+        if not at or not colon or not host:
+            raise ValueError
+        return int(node), host, int(port)
+    except ValueError:
+        raise ValueError(f"controller.quorum.voters={text!r}: expected ID@HOST:PORT with one voter") from None
+
+
 @dataclass(frozen=True)
 class BrokerConfig:
     broker_id: int
@@ -84,12 +96,42 @@ class BrokerConfig:
     log_flush_scheduler_interval_ms: int = 100  # log.flush.scheduler.interval.ms (Kafka: never; we poll)
     log_retention_check_interval_ms: int = 300_000  # log.retention.check.interval.ms
     producer_id_block_size: int = 1000  # our own: PIDs reserved per persisted block
+    # Replication and the controller (KRaft names and defaults).
+    # "ID@HOST:PORT" of the controller; empty: this process runs its own controller in
+    # process (KRaft's combined mode, process.roles=broker,controller).
+    controller_quorum_voters: str = ""  # controller.quorum.voters
+    controller_request_timeout_ms: int = 2000  # controller.quorum.request.timeout.ms
+    broker_heartbeat_interval_ms: int = 2000  # broker.heartbeat.interval.ms
+    broker_session_timeout_ms: int = 9000  # broker.session.timeout.ms
+    replica_lag_time_max_ms: int = 30_000  # replica.lag.time.max.ms
+    replica_fetch_wait_max_ms: int = 500  # replica.fetch.wait.max.ms
+    replica_fetch_min_bytes: int = 1  # replica.fetch.min.bytes
+    replica_fetch_max_bytes: int = 1_048_576  # replica.fetch.max.bytes
+    replica_fetch_response_max_bytes: int = 10_485_760  # replica.fetch.response.max.bytes
+    replica_fetch_backoff_ms: int = 1000  # replica.fetch.backoff.ms
+    replica_socket_timeout_ms: int = 30_000  # replica.socket.timeout.ms
+    min_insync_replicas: int = 1  # min.insync.replicas (topic configs override it)
+    unclean_leader_election_enable: bool = False  # unclean.leader.election.enable (unsafe when true)
+    offsets_topic_replication_factor: int = 3  # offsets.topic.replication.factor
+    # Our own unsafe switches, each reproducing a known Kafka data-loss mode:
+    # a follower truncates its log to its high watermark when it starts following, instead of
+    # finding the divergence point by leader epoch (the pre-KIP-101 behaviour).
+    replica_truncate_to_high_watermark: bool = False  # replica.truncate.to.high.watermark
+    # consumer fetches are served up to the log end, past the high watermark, so consumers
+    # read records that are not committed and may be lost.
+    fetch_read_past_high_watermark: bool = False  # fetch.read.past.high.watermark
     # Our own unsafe switch: buffer appended bytes in the process until fsync, so SIGKILL
     # behaves like power loss and drops everything after the last flush.
     log_crash_lose_unflushed: bool = False  # log.crash.lose.unflushed
     # Our own test-only fault: after appending a Produce, close the connection instead of
     # answering, with this probability (seeded RNG).
     test_drop_produce_response_probability: float = 0.0  # test.drop.produce.response.probability
+
+    def controller_endpoint(self) -> tuple[int, str, int] | None:
+        """(node id, host, port) parsed from controller.quorum.voters; None in combined mode."""
+        if not self.controller_quorum_voters:
+            return None
+        return parse_voter(self.controller_quorum_voters)
 
     @property
     def advertised_address(self) -> str:
@@ -123,6 +165,22 @@ class BrokerConfig:
             log_flush_scheduler_interval_ms=_int(props, "log.flush.scheduler.interval.ms", 100, 1),
             log_retention_check_interval_ms=_int(props, "log.retention.check.interval.ms", 300_000, 1),
             producer_id_block_size=_int(props, "producer.id.block.size", 1000, 1),
+            controller_quorum_voters=props.get("controller.quorum.voters", "").strip(),
+            controller_request_timeout_ms=_int(props, "controller.quorum.request.timeout.ms", 2000, 1),
+            broker_heartbeat_interval_ms=_int(props, "broker.heartbeat.interval.ms", 2000, 1),
+            broker_session_timeout_ms=_int(props, "broker.session.timeout.ms", 9000, 1),
+            replica_lag_time_max_ms=_int(props, "replica.lag.time.max.ms", 30_000, 1),
+            replica_fetch_wait_max_ms=_int(props, "replica.fetch.wait.max.ms", 500, 0),
+            replica_fetch_min_bytes=_int(props, "replica.fetch.min.bytes", 1, 0),
+            replica_fetch_max_bytes=_int(props, "replica.fetch.max.bytes", 1_048_576, 1),
+            replica_fetch_response_max_bytes=_int(props, "replica.fetch.response.max.bytes", 10_485_760, 1),
+            replica_fetch_backoff_ms=_int(props, "replica.fetch.backoff.ms", 1000, 0),
+            replica_socket_timeout_ms=_int(props, "replica.socket.timeout.ms", 30_000, 1),
+            min_insync_replicas=_int(props, "min.insync.replicas", 1, 1),
+            unclean_leader_election_enable=_bool(props, "unclean.leader.election.enable", False),
+            offsets_topic_replication_factor=_int(props, "offsets.topic.replication.factor", 3, 1),
+            replica_truncate_to_high_watermark=_bool(props, "replica.truncate.to.high.watermark", False),
+            fetch_read_past_high_watermark=_bool(props, "fetch.read.past.high.watermark", False),
             log_crash_lose_unflushed=_bool(props, "log.crash.lose.unflushed", False),
             test_drop_produce_response_probability=_probability(props, "test.drop.produce.response.probability"),
         )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class Clock(Protocol):
@@ -53,3 +53,46 @@ class ClientInfo:
     client_host: str
     connection_id: int = 0
     extra: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """Another node to send requests to (a broker or the controller)."""
+
+    node_id: int
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"node {self.node_id} at {self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundResult:
+    """The answer to an outbound request: the decoded kio response entity, or `error`
+    (connection refused or lost, timed out, malformed answer) and no body."""
+
+    body: Any | None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class Outbound(Protocol):
+    """Requests from this node to other nodes (replica fetches, controller RPCs).
+
+    `body` is a kio request entity of (api_key, api_version). `on_done` is called exactly
+    once, never from inside `send` itself, with the response or an error; after
+    `timeout_ms` without an answer it gets an error and the connection is dropped (as
+    Kafka's NetworkClient does), failing every other request in flight on it too.
+    Requests to one endpoint are sent and answered in order.
+    """
+
+    def send(self, destination: Endpoint, api_key: int, api_version: int, body: Any,
+             on_done: Callable[[OutboundResult], None], timeout_ms: int) -> None: ...
+
+    def close(self, destination: Endpoint) -> None:
+        """Drop the connection to `destination`; requests in flight fail."""
+        ...

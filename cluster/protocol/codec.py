@@ -13,6 +13,7 @@ import io
 import struct
 from dataclasses import dataclass
 from functools import cache
+from collections.abc import Mapping
 from typing import Any
 
 import kio.index
@@ -74,14 +75,19 @@ def peek_header(frame: bytes) -> tuple[int, int, int]:
     return _PEEK.unpack_from(frame, 0)
 
 
-def decode_request(frame: bytes) -> Request:
+def decode_request(frame: bytes, supported: Mapping[ApiKey, Any] | None = None) -> Request:
+    """Decode one request frame; `supported` is the version table of the node serving it
+    (the broker's by default; the controller serves a different set of APIs)."""
     api_key, api_version, correlation_id = peek_header(frame)
-    if not is_supported(api_key, api_version):
+    table = SUPPORTED_VERSIONS if supported is None else supported
+    if not _in_table(table, api_key, api_version):
         try:
             ApiKey(api_key)
         except ValueError:
             raise RequestError(f"unknown API key {api_key} (correlation id {correlation_id})") from None
-        offered = SUPPORTED_VERSIONS[ApiKey(api_key)]
+        if ApiKey(api_key) not in table:
+            raise RequestError(f"{api_name(api_key)} is not served here (correlation id {correlation_id})")
+        offered = table[ApiKey(api_key)]
         raise UnsupportedVersionError(
             f"{api_name(api_key)} v{api_version} is not supported (offered v{offered.min_version}-v{offered.max_version})",
             api_key,
@@ -102,6 +108,59 @@ def decode_request(frame: bytes) -> Request:
             f"{len(frame) - header_size - body_size} trailing bytes after the body"
         )
     return Request(api_key, api_version, correlation_id, header.client_id, body, len(frame))
+
+
+def _in_table(table: Mapping[ApiKey, Any], api_key: int, api_version: int) -> bool:
+    if table is SUPPORTED_VERSIONS:
+        return is_supported(api_key, api_version)
+    try:
+        entry = table.get(ApiKey(api_key))
+    except ValueError:
+        return False
+    return entry is not None and entry.min_version <= api_version <= entry.max_version
+
+
+@cache
+def _request_writers(api_key: int, api_version: int) -> tuple[type, Any, Any]:
+    schema = kio.index.load_request_schema(api_key, api_version)
+    header = schema.__header_schema__
+    return header, entity_writer(header), entity_writer(schema)
+
+
+@cache
+def _response_readers(api_key: int, api_version: int) -> tuple[Any, Any]:
+    schema = kio.index.load_response_schema(api_key, api_version)
+    return entity_reader(schema.__header_schema__), entity_reader(schema)
+
+
+@cache
+def request_class(api_key: int, api_version: int) -> type:
+    return kio.index.load_request_schema(api_key, api_version)
+
+
+def encode_request(api_key: int, api_version: int, correlation_id: int, client_id: str | None, body: Any) -> bytes:
+    """A whole request frame (size prefix, header, body), for node-to-node traffic."""
+    header_cls, write_header, write_body = _request_writers(api_key, api_version)
+    buffer = io.BytesIO()
+    buffer.write(b"\0\0\0\0")
+    write_header(buffer, header_cls(request_api_key=api_key, request_api_version=api_version, correlation_id=correlation_id, client_id=client_id))
+    write_body(buffer, body)
+    out = buffer.getbuffer()
+    _SIZE.pack_into(out, 0, len(out) - 4)
+    del out
+    return buffer.getvalue()
+
+
+def decode_response(api_key: int, api_version: int, payload: bytes) -> tuple[int, Any]:
+    """(correlation id, kio response entity) from a response frame without its size prefix.
+    Raises ValueError naming the API when the payload does not decode."""
+    read_header, read_body = _response_readers(api_key, api_version)
+    try:
+        header, used = read_header(payload, 0)
+        body, _ = read_body(payload, used)
+    except Exception as error:  # noqa: BLE001 - a peer's bad answer, reported to the caller
+        raise ValueError(f"malformed {api_name(api_key)} v{api_version} response: {type(error).__name__}: {error}") from None
+    return header.correlation_id, body
 
 
 def encode_response(api_key: int, api_version: int, correlation_id: int, body: Any) -> bytes:

@@ -30,6 +30,11 @@ class ApiKey(IntEnum):
     DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    # Node-to-controller APIs (KRaft); served by the controller, not advertised to clients.
+    ALTER_PARTITION = 56
+    BROKER_REGISTRATION = 62
+    BROKER_HEARTBEAT = 63
+    ALLOCATE_PRODUCER_IDS = 67
 
 
 @dataclass(frozen=True, slots=True)

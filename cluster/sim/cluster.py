@@ -1,0 +1,241 @@
+"""`SimCluster`: one controller and N brokers, the real cores, on one virtual clock and a
+virtual network, with the faults a chaos run injects (crash with or without losing unflushed
+data, restart, pause, network partitions) and clients that speak real frames.
+
+Deterministic: everything random comes from one seeded RNG, and time moves only through
+`run_for` / `run_until`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from cluster.broker.broker import Broker
+from cluster.broker.env import Endpoint, OutboundResult
+from cluster.config import BrokerConfig
+from cluster.controller.config import ControllerConfig
+from cluster.controller.core import Controller
+from cluster.protocol.codec import build, request_class
+from cluster.runtime.virtual_time import VirtualClock, VirtualScheduler
+from cluster.sim.network import NodeScheduler, SimNode, VirtualNetwork, VirtualOutbound
+from cluster.storage.disk import MemoryDisk
+
+CONTROLLER_ID = 1000
+CONTROLLER_HOST = "127.0.0.9"
+CONTROLLER_PORT = 9093
+BROKER_PORT = 9092
+CLIENT_HOST = "127.0.0.1"
+# Fast failure detection so simulated failovers take simulated seconds, not tens of them.
+SIM_DEFAULTS = {
+    "broker.heartbeat.interval.ms": "200",
+    "broker.session.timeout.ms": "1000",
+    "replica.lag.time.max.ms": "2000",
+    "replica.fetch.wait.max.ms": "100",
+    "replica.fetch.backoff.ms": "100",
+    "controller.quorum.request.timeout.ms": "500",
+    "group.initial.rebalance.delay.ms": "0",
+    "offsets.topic.num.partitions": "3",
+}
+
+
+def broker_host(broker_id: int) -> str:
+    return f"127.0.0.{10 + broker_id}"
+
+
+class SimTimeout(AssertionError):
+    """`run_until` ran out of simulated time; the message says what was awaited."""
+
+
+@dataclass(slots=True)
+class SimCall:
+    """One client request's outcome, filled in when the answer arrives."""
+
+    result: OutboundResult | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.result is not None
+
+    @property
+    def body(self) -> Any:
+        assert self.result is not None, "no answer yet"
+        assert self.result.ok, f"request failed: {self.result.error}"
+        return self.result.body
+
+
+@dataclass(slots=True)
+class _BrokerSlot:
+    broker_id: int
+    disk: MemoryDisk = field(default_factory=MemoryDisk)
+    broker: Broker | None = None
+    scheduler: NodeScheduler | None = None
+    outbound: VirtualOutbound | None = None
+    incarnation: int = 0
+
+
+class SimCluster:
+    def __init__(self, n_brokers: int = 3, properties: Mapping[str, str] | None = None, seed: int = 1,
+                 broker_properties: Mapping[int, Mapping[str, str]] | None = None) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.clock = VirtualClock()
+        self.scheduler = VirtualScheduler(self.clock)
+        self.network = VirtualNetwork(self.scheduler, random.Random(self.rng.getrandbits(64)))
+        self.properties = {**SIM_DEFAULTS, "offsets.topic.replication.factor": str(min(3, n_brokers)), **(properties or {})}
+        self._broker_properties = {b: dict(p) for b, p in (broker_properties or {}).items()}
+        self.controller_endpoint = Endpoint(CONTROLLER_ID, CONTROLLER_HOST, CONTROLLER_PORT)
+        self._controller_disk = MemoryDisk()
+        self._controller_scheduler: NodeScheduler | None = None
+        self.controller: Controller | None = None
+        self._slots = {b: _BrokerSlot(b) for b in range(n_brokers)}
+        self._client = VirtualOutbound(self.network, CLIENT_HOST)
+        self.network.add_node(SimNode(self.controller_endpoint, self._controller_handle))
+        for broker_id in self._slots:
+            self.network.add_node(SimNode(Endpoint(broker_id, broker_host(broker_id), BROKER_PORT), self._broker_handle(broker_id)))
+        self.start_controller()
+        for broker_id in self._slots:
+            self.start_broker(broker_id)
+
+    # ---- nodes ---------------------------------------------------------------------------
+
+    @property
+    def broker_ids(self) -> list[int]:
+        return sorted(self._slots)
+
+    def broker_config(self, broker_id: int) -> BrokerConfig:
+        props = {**self.properties, "controller.quorum.voters": f"{CONTROLLER_ID}@{CONTROLLER_HOST}:{CONTROLLER_PORT}",
+                 **self._broker_properties.get(broker_id, {})}
+        return BrokerConfig.from_properties(broker_id, broker_host(broker_id), BROKER_PORT, f"/broker-{broker_id}", props)
+
+    def start_controller(self) -> None:
+        assert self.controller is None, "the controller is running"
+        self.network.revive(CONTROLLER_HOST)
+        self._controller_scheduler = NodeScheduler(self.scheduler, self.network, CONTROLLER_HOST)
+        config = ControllerConfig.from_properties(CONTROLLER_ID, CONTROLLER_HOST, CONTROLLER_PORT, "/controller", dict(self.properties))
+        self.controller = Controller(config, self._controller_disk, self.clock, self._controller_scheduler, random.Random(self.rng.getrandbits(64)))
+        self.controller.start()
+
+    def kill_controller(self, lose_unflushed: bool = False) -> None:
+        assert self.controller is not None and self._controller_scheduler is not None
+        self._controller_scheduler.halt()
+        self.network.crash(CONTROLLER_HOST)
+        if lose_unflushed:
+            self._controller_disk.crash()
+        self.controller = None
+
+    def start_broker(self, broker_id: int) -> Broker:
+        slot = self._slots[broker_id]
+        assert slot.broker is None, f"broker {broker_id} is running"
+        host = broker_host(broker_id)
+        self.network.revive(host)
+        slot.incarnation += 1
+        slot.scheduler = NodeScheduler(self.scheduler, self.network, host)
+        slot.outbound = self.network.outbound_for(host)
+        slot.broker = Broker(self.broker_config(broker_id), slot.disk, self.clock, slot.scheduler, random.Random(self.rng.getrandbits(64)), slot.outbound)
+        slot.broker.start()
+        return slot.broker
+
+    def kill(self, broker_id: int, lose_unflushed: bool = False) -> None:
+        """SIGKILL: timers stop, connections reset; with `lose_unflushed`, also everything
+        not fsynced is gone (power loss)."""
+        slot = self._slots[broker_id]
+        assert slot.broker is not None and slot.scheduler is not None and slot.outbound is not None, f"broker {broker_id} is not running"
+        slot.scheduler.halt()
+        slot.outbound.dead = True
+        self.network.crash(broker_host(broker_id))
+        if lose_unflushed:
+            slot.disk.crash()
+        slot.broker = None
+
+    def restart(self, broker_id: int, lose_unflushed: bool = False) -> Broker:
+        self.kill(broker_id, lose_unflushed)
+        return self.start_broker(broker_id)
+
+    def pause(self, broker_id: int) -> None:
+        self.network.pause(broker_host(broker_id))
+
+    def resume(self, broker_id: int) -> None:
+        self.network.resume(broker_host(broker_id))
+
+    def broker(self, broker_id: int) -> Broker:
+        broker = self._slots[broker_id].broker
+        assert broker is not None, f"broker {broker_id} is not running"
+        return broker
+
+    def is_running(self, broker_id: int) -> bool:
+        return self._slots[broker_id].broker is not None
+
+    def running_brokers(self) -> list[Broker]:
+        return [s.broker for _, s in sorted(self._slots.items()) if s.broker is not None]
+
+    def _controller_handle(self, request: Any, client: Any, reply: Any) -> None:
+        assert self.controller is not None
+        self.controller.handle(request, client, reply)
+
+    def _broker_handle(self, broker_id: int) -> Callable[[Any, Any, Any], None]:
+        def handle(request: Any, client: Any, reply: Any) -> None:
+            broker = self._slots[broker_id].broker
+            assert broker is not None, f"request delivered to stopped broker {broker_id}"
+            broker.handle(request, client, reply)
+        return handle
+
+    # ---- network faults ------------------------------------------------------------------
+
+    @staticmethod
+    def host_of(node: int | str) -> str:
+        """A broker id, "controller", or "client"."""
+        if node == "controller":
+            return CONTROLLER_HOST
+        if node == "client":
+            return CLIENT_HOST
+        assert isinstance(node, int)
+        return broker_host(node)
+
+    def isolate(self, groups: Iterable[Iterable[int | str]]) -> None:
+        """Partition into `groups` of nodes (broker ids, "controller", "client"); nodes not
+        named keep talking to everyone."""
+        self.network.isolate([[self.host_of(n) for n in group] for group in groups])
+
+    def block(self, from_node: int | str, to_node: int | str) -> None:
+        self.network.block(self.host_of(from_node), self.host_of(to_node))
+
+    def heal(self) -> None:
+        self.network.heal()
+
+    # ---- time ----------------------------------------------------------------------------
+
+    def run_for(self, duration_ms: float) -> None:
+        self.scheduler.advance(duration_ms)
+
+    def run_until(self, predicate: Callable[[], bool], timeout_ms: float = 30_000, step_ms: float = 5, what: str = "condition") -> float:
+        """Advance in steps until `predicate()`; returns the simulated ms it took."""
+        waited = 0.0
+        while not predicate():
+            if waited >= timeout_ms:
+                raise SimTimeout(f"{what} not reached within {timeout_ms:.0f} simulated ms (seed {self.seed})")
+            self.scheduler.advance(step_ms)
+            waited += step_ms
+        return waited
+
+    # ---- clients -------------------------------------------------------------------------
+
+    def send(self, broker_id: int, api_key: int, api_version: int, *, request_timeout_ms: int = 30_000, **fields: Any) -> SimCall:
+        """Send one request from the client host to a broker (or CONTROLLER_ID)."""
+        call = SimCall()
+        body = build(request_class(api_key, api_version), **fields)
+        destination = self.controller_endpoint if broker_id == CONTROLLER_ID else Endpoint(broker_id, broker_host(broker_id), BROKER_PORT)
+
+        def done(result: OutboundResult) -> None:
+            call.result = result
+
+        self._client.send(destination, api_key, api_version, body, done, request_timeout_ms)
+        return call
+
+    def call(self, broker_id: int, api_key: int, api_version: int, *, wait_ms: float = 30_000, **fields: Any) -> Any:
+        """Send and run until answered; the response body."""
+        pending = self.send(broker_id, api_key, api_version, **fields)
+        self.run_until(lambda: pending.done, wait_ms, step_ms=1, what=f"answer to API {api_key} v{api_version} from broker {broker_id}")
+        return pending.body

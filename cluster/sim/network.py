@@ -1,0 +1,354 @@
+"""A virtual network between in-process nodes, implementing the cores' `Outbound`.
+
+Every request is really encoded, decoded by the receiving node's codec (against its own
+version table), handled by the node's real `handle`, and its response frame decoded by the
+sender, so the simulator exercises the same bytes as the process runtime. Delivery takes a
+seeded latency on the shared virtual scheduler.
+
+Connections behave like Kafka's: one per (source host, destination endpoint); the receiving
+node serves one request at a time per connection, in order (as `BrokerConnection` does);
+a request with no answer within its timeout fails and drops its connection, failing every
+other request on it. A crashed node's connections are reset at once on both ends (the peer
+sees the connection lost, as after a SIGKILL); a partition silently drops messages between
+the two hosts in the blocked direction, so requests across it time out.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import struct
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from cluster.broker.env import ClientInfo, Endpoint, OutboundResult, Reply, Response, Rng
+from cluster.protocol.codec import Request, RequestError, decode_request, decode_response, encode_request
+from cluster.runtime.virtual_time import VirtualScheduler, VirtualTimer
+
+log = logging.getLogger(__name__)
+_SIZE = struct.Struct(">i")
+Handler = Callable[[Request, ClientInfo, Reply], None]
+
+
+@dataclass(slots=True)
+class SimNode:
+    """A node that can be reached: its address, request handler and API version table."""
+
+    endpoint: Endpoint
+    handle: Handler
+    versions: Mapping[Any, Any] | None = None  # None: the broker's table
+    up: bool = True
+
+
+@dataclass(slots=True)
+class _Call:
+    correlation_id: int
+    api_key: int
+    api_version: int
+    frame: bytes
+    on_done: Callable[[OutboundResult], None]
+    timer: VirtualTimer | None = None
+
+
+@dataclass(slots=True)
+class _Connection:
+    source_host: str
+    destination: Endpoint
+    generation: int
+    calls: deque[_Call] = field(default_factory=deque)   # sent, not yet answered
+    unserved: deque[_Call] = field(default_factory=deque)  # arrived at the server, not yet dispatched
+    server_busy: bool = False
+    alive: bool = True
+
+
+class VirtualNetwork:
+    def __init__(self, scheduler: VirtualScheduler, rng: Rng, min_latency_ms: float = 0.1, max_latency_ms: float = 1.0) -> None:
+        self.scheduler = scheduler
+        self._rng = rng
+        self._min_latency_ms = min_latency_ms
+        self._max_latency_ms = max_latency_ms
+        self._nodes: dict[tuple[str, int], SimNode] = {}
+        self._connections: dict[tuple[str, str, int], _Connection] = {}
+        self._blocked: set[tuple[str, str]] = set()  # (from host, to host): messages dropped
+        # Paused hosts (SIGSTOP): what arrives for them waits, in order, until they resume.
+        self._held: dict[str, list[Callable[[], None]]] = {}
+        self._generations = itertools.count(1)
+        self._last_arrival_ns: dict[object, int] = {}
+        self._correlations = itertools.count(1)
+        self.messages_delivered = 0
+        self.messages_dropped = 0
+
+    # ---- topology ---------------------------------------------------------------------
+
+    def add_node(self, node: SimNode) -> None:
+        self._nodes[(node.endpoint.host, node.endpoint.port)] = node
+
+    def set_handler(self, endpoint: Endpoint, handle: Handler) -> None:
+        """A restarted node: same address, new core."""
+        self._nodes[(endpoint.host, endpoint.port)].handle = handle
+
+    def crash(self, host: str) -> None:
+        """The process at `host` dies: it stops serving, and every connection to or from it
+        is reset (both ends see it lost at once)."""
+        for node in self._nodes.values():
+            if node.endpoint.host == host:
+                node.up = False
+        for key, connection in list(self._connections.items()):
+            if connection.source_host == host or connection.destination.host == host:
+                self._fail(connection, f"connection to {connection.destination} reset (process crashed)", notify=connection.source_host != host)
+
+    def revive(self, host: str) -> None:
+        for node in self._nodes.values():
+            if node.endpoint.host == host:
+                node.up = True
+
+    def pause(self, host: str) -> None:
+        self._held.setdefault(host, [])
+
+    def resume(self, host: str) -> None:
+        for action in self._held.pop(host, []):
+            action()
+
+    def is_paused(self, host: str) -> bool:
+        return host in self._held
+
+    def hold_if_paused(self, host: str, action: Callable[[], None]) -> bool:
+        """Queue `action` for when `host` resumes; False when it is not paused."""
+        held = self._held.get(host)
+        if held is None:
+            return False
+        held.append(action)
+        return True
+
+    def block(self, from_host: str, to_host: str) -> None:
+        """Drop every message from `from_host` to `to_host` (one direction)."""
+        self._blocked.add((from_host, to_host))
+
+    def isolate(self, groups: list[list[str]]) -> None:
+        """Partition the hosts into `groups`: no traffic between different groups."""
+        for i, group in enumerate(groups):
+            for j, other in enumerate(groups):
+                if i != j:
+                    for a in group:
+                        for b in other:
+                            self.block(a, b)
+
+    def heal(self) -> None:
+        self._blocked.clear()
+
+    def is_blocked(self, from_host: str, to_host: str) -> bool:
+        return (from_host, to_host) in self._blocked
+
+    def outbound_for(self, host: str) -> VirtualOutbound:
+        return VirtualOutbound(self, host)
+
+    # ---- delivery ---------------------------------------------------------------------
+
+    def _latency_ms(self) -> float:
+        return self._min_latency_ms + (self._max_latency_ms - self._min_latency_ms) * self._rng.random()
+
+    def _deliver(self, from_host: str, to_host: str, action: Callable[[], None], channel: object = None) -> None:
+        """Run `action` at `to_host` after a latency; messages on one `channel` (a connection
+        direction) arrive in the order sent, as on a TCP stream."""
+        if self.is_blocked(from_host, to_host):
+            self.messages_dropped += 1
+            return
+
+        def arrive() -> None:
+            # A partition that began while the message was in flight drops it too.
+            if self.is_blocked(from_host, to_host):
+                self.messages_dropped += 1
+                return
+            self.messages_delivered += 1
+            if not self.hold_if_paused(to_host, action):
+                action()
+
+        now_ns = self.scheduler.clock.monotonic_ns()
+        arrival_ns = now_ns + int(self._latency_ms() * 1_000_000)
+        if channel is not None:
+            arrival_ns = max(arrival_ns, self._last_arrival_ns.get(channel, 0))
+            self._last_arrival_ns[channel] = arrival_ns
+        self.scheduler.call_later((arrival_ns - now_ns) / 1_000_000, arrive)
+
+    def send(self, source_host: str, destination: Endpoint, api_key: int, api_version: int, body: Any,
+             on_done: Callable[[OutboundResult], None], timeout_ms: int) -> None:
+        correlation_id = next(self._correlations) & 0x7FFFFFFF
+        try:
+            frame = encode_request(api_key, api_version, correlation_id, f"sim-{source_host}", body)
+        except Exception as error:  # noqa: BLE001 - reported to the caller, as the runtime does
+            self.scheduler.call_later(0, lambda: on_done(OutboundResult(None, f"cannot encode request {api_key} v{api_version}: {error!r}")))
+            return
+        key = (source_host, destination.host, destination.port)
+        connection = self._connections.get(key)
+        node = self._nodes.get((destination.host, destination.port))
+        if connection is None or not connection.alive:
+            if node is None or not node.up:
+                # Connection refused: the failure comes back after one round trip.
+                reason = f"cannot connect to {destination}: connection refused"
+                self.scheduler.call_later(self._latency_ms() * 2, lambda: on_done(OutboundResult(None, reason)))
+                return
+            connection = self._connections[key] = _Connection(source_host, destination, next(self._generations))
+        call = _Call(correlation_id, api_key, api_version, frame, on_done)
+        call.timer = self.scheduler.call_later(timeout_ms, lambda: self._timed_out(connection, call, timeout_ms))
+        connection.calls.append(call)
+        generation = connection.generation
+        self._deliver(source_host, destination.host, lambda: self._arrive(connection, generation, call), (generation, "request"))
+
+    def close(self, source_host: str, destination: Endpoint) -> None:
+        connection = self._connections.pop((source_host, destination.host, destination.port), None)
+        if connection is not None:
+            self._fail(connection, f"connection to {destination} closed by this node", notify=True)
+
+    def _arrive(self, connection: _Connection, generation: int, call: _Call) -> None:
+        if not connection.alive or connection.generation != generation:
+            return
+        connection.unserved.append(call)
+        self._serve_next(connection)
+
+    def _serve_next(self, connection: _Connection) -> None:
+        while connection.alive and not connection.server_busy and connection.unserved:
+            call = connection.unserved.popleft()
+            node = self._nodes.get((connection.destination.host, connection.destination.port))
+            if node is None or not node.up:
+                return
+            try:
+                request = decode_request(call.frame[4:], node.versions)
+            except RequestError as error:
+                log.info("sim: %s closes the connection from %s: %s", connection.destination, connection.source_host, error)
+                self._fail(connection, f"{connection.destination} closed the connection: {error}", notify=True)
+                return
+            connection.server_busy = True
+            answered = False
+            generation = connection.generation
+
+            def reply(response: Response, call: _Call = call, generation: int = generation) -> None:
+                nonlocal answered
+                if answered:
+                    raise RuntimeError(f"request {call.api_key} v{call.api_version} answered twice")
+                answered = True
+                self._on_reply(connection, generation, call, response)
+
+            node.handle(request, ClientInfo(f"sim-{connection.source_host}", f"/{connection.source_host}", connection.generation), reply)
+
+    def _on_reply(self, connection: _Connection, generation: int, call: _Call, response: Response) -> None:
+        if not connection.alive or connection.generation != generation:
+            return
+        connection.server_busy = False
+        if response.chunks:
+            frame = b"".join(bytes(chunk) for chunk in response.chunks)
+            self._deliver(connection.destination.host, connection.source_host, lambda: self._answer(connection, generation, call, frame), (generation, "response"))
+        elif response.chunks is None and not response.close_connection:
+            # acks=0: nothing comes back; the caller is told it was sent.
+            self._deliver(connection.destination.host, connection.source_host, lambda: self._answer(connection, generation, call, None), (generation, "response"))
+        if response.close_connection:
+            reason = response.close_reason
+            self._deliver(connection.destination.host, connection.source_host,
+                          lambda: self._fail(connection, f"{connection.destination} closed the connection: {reason}", notify=True), (generation, "response"))
+            return
+        self._serve_next(connection)
+
+    def _answer(self, connection: _Connection, generation: int, call: _Call, frame: bytes | None) -> None:
+        if not connection.alive or connection.generation != generation or call not in connection.calls:
+            return
+        connection.calls.remove(call)
+        if call.timer is not None:
+            call.timer.cancel()
+        if frame is None:
+            call.on_done(OutboundResult(None))
+            return
+        try:
+            correlation_id, body = decode_response(call.api_key, call.api_version, frame[4:])
+        except ValueError as error:
+            call.on_done(OutboundResult(None, str(error)))
+            return
+        if correlation_id != call.correlation_id:
+            call.on_done(OutboundResult(None, f"correlation id {correlation_id} in answer to {call.correlation_id}"))
+            return
+        call.on_done(OutboundResult(body))
+
+    def _timed_out(self, connection: _Connection, call: _Call, timeout_ms: int) -> None:
+        call.timer = None
+        if connection.alive and call in connection.calls:
+            self._fail(connection, f"request to {connection.destination} timed out after {timeout_ms} ms", notify=True)
+
+    def _fail(self, connection: _Connection, reason: str, *, notify: bool) -> None:
+        if not connection.alive:
+            return
+        connection.alive = False
+        self._last_arrival_ns.pop((connection.generation, "request"), None)
+        self._last_arrival_ns.pop((connection.generation, "response"), None)
+        key = (connection.source_host, connection.destination.host, connection.destination.port)
+        if self._connections.get(key) is connection:
+            del self._connections[key]
+        calls, connection.calls = connection.calls, deque()
+        connection.unserved.clear()
+        for call in calls:
+            if call.timer is not None:
+                call.timer.cancel()
+            if notify:
+                call.on_done(OutboundResult(None, reason))
+
+
+class VirtualOutbound:
+    """One node incarnation's `Outbound` on the virtual network (requests leave from `host`).
+    Once `dead` (its process crashed), it sends nothing and its callbacks never run."""
+
+    def __init__(self, network: VirtualNetwork, host: str) -> None:
+        self._network = network
+        self.host = host
+        self.dead = False
+
+    def send(self, destination: Endpoint, api_key: int, api_version: int, body: Any,
+             on_done: Callable[[OutboundResult], None], timeout_ms: int) -> None:
+        if self.dead:
+            return
+
+        def done(result: OutboundResult) -> None:
+            if not self.dead:
+                on_done(result)
+
+        self._network.send(self.host, destination, api_key, api_version, body, done, timeout_ms)
+
+    def close(self, destination: Endpoint) -> None:
+        if not self.dead:
+            self._network.close(self.host, destination)
+
+
+class NodeScheduler:
+    """One node incarnation's view of the shared virtual scheduler: `halt` (crash) cancels
+    every timer it set and ignores new ones; `pause` (SIGSTOP) holds timers that come due
+    until `resume`."""
+
+    def __init__(self, scheduler: VirtualScheduler, network: VirtualNetwork, host: str) -> None:
+        self._scheduler = scheduler
+        self._network = network
+        self._host = host
+        self._timers: dict[int, VirtualTimer] = {}  # by sequence number
+        self.halted = False
+
+    def call_later(self, delay_ms: float, callback: Callable[[], None]) -> VirtualTimer:
+        if self.halted:
+            dead = VirtualTimer(0, -1, callback)
+            dead.cancel()
+            return dead
+        holder: list[VirtualTimer] = []
+
+        def fire() -> None:
+            self._timers.pop(holder[0].sequence, None)
+            if self.halted:
+                return
+            if not self._network.hold_if_paused(self._host, lambda: None if self.halted else callback()):
+                callback()
+
+        timer = self._scheduler.call_later(delay_ms, fire)
+        holder.append(timer)
+        self._timers[timer.sequence] = timer
+        return timer
+
+    def halt(self) -> None:
+        self.halted = True
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()

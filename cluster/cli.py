@@ -1,9 +1,10 @@
 """`logquake cluster start|stop|status`: run the bundled cluster for a person (kcat, clients).
 
-`start` launches detached broker processes (pid files and cluster.json in the data dir) and
-prints the bootstrap servers; `stop` shuts them down cleanly; `status` shows each broker's
-process and, over the Kafka protocol, each partition's log start, log end, high watermark
-and leader epoch.
+`start` launches the controller and the brokers as detached processes (pid files and
+cluster.json in the data dir) and prints the bootstrap servers; `stop` shuts the brokers
+down cleanly (controlled shutdown), then the controller; `status` shows each process and,
+over the Kafka protocol, every partition's leader, replicas, ISR, leader epoch, and each
+replica's log end offset and high watermark.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ import os
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
 
 from kio.index import EntityType
 
 from cluster.config import parse_assignments
-from cluster.launcher import MAX_BROKERS_WITHOUT_REPLICATION, BrokerStartError, LocalCluster
+from cluster.launcher import CONTROLLER_NODE_ID, MAX_BROKERS, BrokerStartError, LocalCluster
 from cluster.protocol.client import ProtocolClientError, WireClient
 from cluster.protocol.codec import payload_class
 from cluster.protocol.versions import ApiKey
@@ -29,16 +31,41 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_BAD_ARGUMENTS = 254
 DEFAULT_PORT = 9092
+DEFAULT_BROKERS = 3
 
 
 @dataclass
 class BrokerRecord:
+    """One process of a started cluster (a broker, or the controller: CONTROLLER_NODE_ID)."""
+
     broker_id: int
     host: str
     port: int
     pid: int
     data_dir: str
     log_path: str
+
+    @property
+    def name(self) -> str:
+        return "controller" if self.broker_id == CONTROLLER_NODE_ID else f"broker {self.broker_id}"
+
+
+@dataclass
+class ReplicaOffsets:
+    broker_id: int
+    log_end_offset: int | None  # None: the replica did not answer
+    high_watermark: int | None
+
+
+@dataclass
+class PartitionRow:
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: list[int]
+    isr: list[int]
+    offsets: list[ReplicaOffsets] = field(default_factory=list)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -47,7 +74,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub.required = True
 
     start = sub.add_parser("start", help="start broker processes in the background")
-    start.add_argument("--brokers", type=int, default=1, help="number of brokers (1 until replication exists)")
+    start.add_argument("--brokers", type=int, default=DEFAULT_BROKERS, help=f"number of brokers, 1-{MAX_BROKERS} (default {DEFAULT_BROKERS})")
     start.add_argument("--data-dir", required=True)
     start.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port on each broker's own address (default {DEFAULT_PORT})")
     start.add_argument("--config", action="append", default=[], metavar="KEY=VALUE", help="broker property (repeatable)")
@@ -57,7 +84,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     stop.add_argument("--data-dir", required=True)
     stop.set_defaults(handler=_stop)
 
-    status = sub.add_parser("status", help="show brokers and partitions")
+    status = sub.add_parser("status", help="show processes and, per partition, leader, ISR, epochs, log end and high watermark")
     status.add_argument("--data-dir", required=True)
     status.set_defaults(handler=_status)
 
@@ -71,8 +98,15 @@ def _read_state(data_dir: str) -> list[BrokerRecord] | None:
     path = os.path.join(data_dir, STATE_FILE)
     if not os.path.exists(path):
         return None
-    with open(path) as f:
-        return [BrokerRecord(**entry) for entry in json.load(f)["brokers"]]
+    try:
+        with open(path) as f:
+            document = json.load(f)
+        records = [BrokerRecord(**entry) for entry in document["brokers"]]
+        if document.get("controller"):
+            records.append(BrokerRecord(**document["controller"]))
+        return records
+    except (ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"{path}: not a cluster state file ({error})") from None
 
 
 def _pid_alive(pid: int) -> bool:
@@ -90,18 +124,17 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _start(args: argparse.Namespace) -> int:
-    if args.brokers < 1 or args.brokers > MAX_BROKERS_WITHOUT_REPLICATION:
-        return _fail(
-            f"--brokers {args.brokers}: only 1 is supported until replication lands; several brokers with "
-            "independent logs would not be a cluster",
-            EXIT_BAD_ARGUMENTS,
-        )
+    if args.brokers < 1 or args.brokers > MAX_BROKERS:
+        return _fail(f"--brokers {args.brokers}: must lie in 1-{MAX_BROKERS}", EXIT_BAD_ARGUMENTS)
     try:
         config = parse_assignments(args.config)
     except ValueError as error:
         return _fail(str(error), EXIT_BAD_ARGUMENTS)
     data_dir = os.path.abspath(args.data_dir)
-    existing = _read_state(data_dir)
+    try:
+        existing = _read_state(data_dir)
+    except ValueError as error:
+        return _fail(str(error), EXIT_FAILED)
     if existing and any(_pid_alive(b.pid) for b in existing):
         return _fail(f"a cluster is already running from {data_dir}; stop it first", EXIT_FAILED)
     cluster = LocalCluster(args.brokers, base_dir=data_dir, config=config, port=args.port, die_with_parent=False)
@@ -110,60 +143,112 @@ def _start(args: argparse.Namespace) -> int:
     except (BrokerStartError, ValueError, OSError) as error:
         return _fail(f"start failed: {error}", EXIT_FAILED)
     records = [BrokerRecord(b.broker_id, b.host, b.port, b.pid or -1, b.data_dir, b.log_path) for b in cluster.brokers]
+    c = cluster.controller
+    controller = BrokerRecord(c.broker_id, c.host, c.port, c.pid or -1, c.data_dir, c.log_path)
     cluster.detach()
     with open(os.path.join(data_dir, STATE_FILE), "w") as f:
-        json.dump({"brokers": [asdict(r) for r in records]}, f, indent=1)
-    for record in records:
-        with open(os.path.join(data_dir, f"broker-{record.broker_id}.pid"), "w") as f:
+        json.dump({"brokers": [asdict(r) for r in records], "controller": asdict(controller)}, f, indent=1)
+    for record in [*records, controller]:
+        with open(os.path.join(data_dir, _pid_file_name(record)), "w") as f:
             f.write(f"{record.pid}\n")
     print(",".join(f"{r.host}:{r.port}" for r in records))
     return EXIT_OK
 
 
+def _pid_file_name(record: BrokerRecord) -> str:
+    return "controller.pid" if record.broker_id == CONTROLLER_NODE_ID else f"broker-{record.broker_id}.pid"
+
+
 def _stop(args: argparse.Namespace) -> int:
     data_dir = os.path.abspath(args.data_dir)
-    records = _read_state(data_dir)
+    try:
+        records = _read_state(data_dir)
+    except ValueError as error:
+        return _fail(str(error), EXIT_FAILED)
     if records is None:
         return _fail(f"no cluster state in {data_dir}", EXIT_FAILED)
-    for record in records:
+    brokers = [r for r in records if r.broker_id != CONTROLLER_NODE_ID]
+    controllers = [r for r in records if r.broker_id == CONTROLLER_NODE_ID]
+    # Brokers first and side by side: each controlled shutdown needs the controller.
+    with ThreadPoolExecutor(max_workers=max(1, len(brokers))) as pool:
+        lines = list(pool.map(lambda r: _stop_one(data_dir, r), brokers))
+    lines += [_stop_one(data_dir, r) for r in controllers]
+    for line in lines:
+        print(line)
+    return EXIT_OK
+
+
+def _stop_one(data_dir: str, record: BrokerRecord, timeout_s: float = 30.0) -> str:
+    pid_file = os.path.join(data_dir, _pid_file_name(record))
+    try:
         if not _pid_alive(record.pid):
-            print(f"broker {record.broker_id}: not running")
-            continue
+            return f"{record.name}: not running"
         os.kill(record.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + timeout_s
         while _pid_alive(record.pid) and time.monotonic() < deadline:
             time.sleep(0.05)
         if _pid_alive(record.pid):
             os.kill(record.pid, signal.SIGKILL)
-            print(f"broker {record.broker_id}: killed (pid {record.pid}) after 15 s")
-        else:
-            print(f"broker {record.broker_id}: stopped (pid {record.pid})")
-        pid_file = os.path.join(data_dir, f"broker-{record.broker_id}.pid")
+            return f"{record.name}: killed (pid {record.pid}) after {timeout_s:.0f} s"
+        return f"{record.name}: stopped (pid {record.pid})"
+    finally:
         if os.path.exists(pid_file):
             os.remove(pid_file)
-    return EXIT_OK
 
 
-def _partition_rows(record: BrokerRecord) -> list[tuple[str, int, int, int, int, int]]:
-    """(topic, partition, log start, log end, high watermark, leader epoch) over the protocol."""
-    with WireClient(record.host, record.port) as client:
-        metadata = client.request(ApiKey.METADATA, 12, topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False)
-        rows = []
-        for topic in sorted(metadata.topics, key=lambda t: t.name):
-            if topic.is_internal:
-                continue
-            for p in sorted(topic.partitions, key=lambda p: p.partition_index):
-                start, hwm = (_list_offset(client, topic.name, p.partition_index, ts) for ts in (-2, -1))
-                leo = _log_end(client, topic.name, p.partition_index, p.leader_epoch)
-                rows.append((topic.name, p.partition_index, start, leo, hwm, p.leader_epoch))
-        return rows
+def _partition_rows(brokers: list[BrokerRecord]) -> list[PartitionRow]:
+    """Every partition's state from the first broker that answers Metadata, then each replica's
+    own log end and high watermark, asked of that replica (replica id -2, Kafka's debugging
+    id, is answered by followers too)."""
+    metadata = None
+    errors = []
+    for record in brokers:
+        if not _pid_alive(record.pid):
+            continue
+        try:
+            with WireClient(record.host, record.port) as client:
+                metadata = client.request(ApiKey.METADATA, 12, topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+            break
+        except (OSError, ProtocolClientError) as error:
+            errors.append(f"{record.name}: {error}")
+    if metadata is None:
+        raise ProtocolClientError("no broker answered Metadata" + (f" ({'; '.join(errors)})" if errors else ""))
+    rows = []
+    for topic in sorted(metadata.topics, key=lambda t: t.name):
+        for p in sorted(topic.partitions, key=lambda p: p.partition_index):
+            rows.append(PartitionRow(topic.name, p.partition_index, p.leader_id, p.leader_epoch, list(p.replica_nodes), list(p.isr_nodes)))
+    by_id = {r.broker_id: r for r in brokers}
+    for broker_id, record in sorted(by_id.items()):
+        mine = [row for row in rows if broker_id in row.replicas]
+        if not mine:
+            continue
+        client = None
+        try:
+            if _pid_alive(record.pid):
+                client = WireClient(record.host, record.port)
+            for row in mine:
+                leo = hwm = None
+                if client is not None:
+                    try:
+                        hwm = _list_offset(client, row.topic, row.partition, -1)
+                        leo = _log_end(client, row.topic, row.partition, row.leader_epoch)
+                    except (OSError, ProtocolClientError, IndexError):
+                        pass
+                row.offsets.append(ReplicaOffsets(broker_id, leo, hwm))
+        except OSError:
+            for row in mine:
+                row.offsets.append(ReplicaOffsets(broker_id, None, None))
+        finally:
+            if client is not None:
+                client.close()
+    return rows
 
 
 def _list_offset(client: WireClient, topic: str, partition: int, timestamp: int) -> int:
     topic_cls = payload_class(ApiKey.LIST_OFFSETS, 7, "ListOffsetsTopic", EntityType.request)
     partition_cls = payload_class(ApiKey.LIST_OFFSETS, 7, "ListOffsetsPartition", EntityType.request)
     response = client.request(
-        ApiKey.LIST_OFFSETS, 7, replica_id=-1, isolation_level=0,
+        ApiKey.LIST_OFFSETS, 7, replica_id=-2, isolation_level=0,
         topics=(topic_cls(name=topic, partitions=(partition_cls(partition_index=partition, current_leader_epoch=-1, timestamp=timestamp),)),),
     )
     return response.topics[0].partitions[0].offset
@@ -175,30 +260,42 @@ def _log_end(client: WireClient, topic: str, partition: int, epoch: int) -> int:
     partition_cls = payload_class(ApiKey.OFFSET_FOR_LEADER_EPOCH, 4, "OffsetForLeaderPartition", EntityType.request)
     response = client.request(
         ApiKey.OFFSET_FOR_LEADER_EPOCH, 4, replica_id=-2,
-        topics=(topic_cls(topic=topic, partitions=(partition_cls(partition=partition, current_leader_epoch=epoch, leader_epoch=epoch),)),),
+        topics=(topic_cls(topic=topic, partitions=(partition_cls(partition=partition, current_leader_epoch=-1, leader_epoch=epoch),)),),
     )
-    return response.topics[0].partitions[0].end_offset
+    answer = response.topics[0].partitions[0]
+    if answer.error_code.value != 0:
+        raise ProtocolClientError(f"OffsetForLeaderEpoch: {answer.error_code.name}")
+    return answer.end_offset
 
 
 def _status(args: argparse.Namespace) -> int:
     data_dir = os.path.abspath(args.data_dir)
-    records = _read_state(data_dir)
+    try:
+        records = _read_state(data_dir)
+    except ValueError as error:
+        return _fail(str(error), EXIT_FAILED)
     if records is None:
         return _fail(f"no cluster state in {data_dir}", EXIT_FAILED)
     all_alive = True
     for record in records:
         alive = _pid_alive(record.pid)
         all_alive &= alive
-        print(f"broker {record.broker_id}  pid {record.pid}  {record.host}:{record.port}  {'alive' if alive else 'DOWN'}  log {record.log_path}")
-        if not alive:
-            continue
-        try:
-            rows = _partition_rows(record)
-        except (OSError, ProtocolClientError) as error:
-            print(f"  (not answering over the protocol: {error})")
-            all_alive = False
-            continue
-        print(f"  {'topic':<30} {'part':>4} {'log start':>10} {'LEO':>10} {'HWM':>10} {'epoch':>6}")
-        for topic, partition, start, leo, hwm, epoch in rows:
-            print(f"  {topic:<30} {partition:>4} {start:>10} {leo:>10} {hwm:>10} {epoch:>6}")
+        print(f"{record.name:<11} pid {record.pid:<7} {record.host}:{record.port:<6} {'alive' if alive else 'DOWN':<5}  log {record.log_path}")
+    brokers = [r for r in records if r.broker_id != CONTROLLER_NODE_ID]
+    try:
+        rows = _partition_rows(brokers)
+    except ProtocolClientError as error:
+        print(f"partitions: unknown ({error})")
+        return EXIT_FAILED
+    print()
+    print(f"{'topic':<28} {'part':>4} {'leader':>6} {'epoch':>5}  {'replicas':<10} {'isr':<10} log end / high watermark per replica")
+    for row in rows:
+        per_replica = "  ".join(
+            f"b{o.broker_id}:{'?' if o.log_end_offset is None else o.log_end_offset}/{'?' if o.high_watermark is None else o.high_watermark}"
+            for o in row.offsets
+        )
+        replicas = ",".join(map(str, row.replicas))
+        isr = ",".join(map(str, row.isr))
+        leader = "none" if row.leader < 0 else str(row.leader)
+        print(f"{row.topic:<28} {row.partition:>4} {leader:>6} {row.leader_epoch:>5}  {replicas:<10} {isr:<10} {per_replica}")
     return EXIT_OK if all_alive else EXIT_FAILED

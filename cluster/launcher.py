@@ -1,14 +1,19 @@
-"""LocalCluster: broker OS processes on this machine, one per broker, broker i bound to its own
-address 127.0.0.(10+i), with a readiness probe over the Kafka protocol and guaranteed
-teardown.
+"""LocalCluster: a controller process on 127.0.0.9 and one process per broker, broker i bound
+to its own address 127.0.0.(10+i), with readiness probes over the Kafka protocol and
+guaranteed teardown.
 
-    with LocalCluster(brokers=1, config={"log.flush.interval.messages": "1"}) as cluster:
+    with LocalCluster(brokers=3, config={"min.insync.replicas": "2"}) as cluster:
         Producer({"bootstrap.servers": cluster.bootstrap_servers})
         cluster.kill(0); cluster.start(0)
 
-Hooks for fault injection: `wrap_argv(broker_id, argv)` wraps a broker's command (e.g. to
-run it inside a network namespace) and `extra_env(broker_id)` adds environment variables
-(e.g. LD_PRELOAD of libfaketime). Processes get PR_SET_PDEATHSIG=SIGKILL (unless
+The controller is node CONTROLLER_NODE_ID; every per-node method (start, kill, stop, pause,
+resume, is_alive) accepts it as well as a broker id. It starts first, and each node keeps
+the port it got on its first start, so restarted nodes are found where they were.
+
+Hooks for fault injection: `wrap_argv(node_id, argv)` wraps a node's command (e.g. to
+run it inside a network namespace) and `extra_env(node_id)` adds environment variables
+(e.g. LD_PRELOAD of libfaketime); both are applied to brokers only (the controller's clock
+and placement are not under test). Processes get PR_SET_PDEATHSIG=SIGKILL (unless
 `die_with_parent=False`, for the detached CLI), so they die even if the test process is
 killed outright.
 
@@ -39,7 +44,9 @@ from cluster.protocol.client import ProtocolClientError, WireClient
 from cluster.protocol.versions import ApiKey
 
 FIRST_HOST_OCTET = 10
-MAX_BROKERS_WITHOUT_REPLICATION = 1
+MAX_BROKERS = 7
+CONTROLLER_NODE_ID = 1000
+CONTROLLER_HOST = "127.0.0.9"
 _PR_SET_PDEATHSIG = 1
 
 
@@ -100,11 +107,23 @@ class BrokerProcess:
         return f"{self.data_dir}.ready"
 
 
+def _describe(node: BrokerProcess) -> str:
+    return "the controller" if node.broker_id == CONTROLLER_NODE_ID else f"broker {node.broker_id}"
+
+
 def _log_tail(path: str, lines: int = 30) -> str:
     try:
         return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
+
+
+def probe_controller(host: str, port: int, timeout_s: float = 2.0) -> None:
+    """Raise unless the controller answers ApiVersions."""
+    with WireClient(host, port, timeout_s=timeout_s) as client:
+        versions = client.request(ApiKey.API_VERSIONS, 3, client_software_name="logquake-probe", client_software_version="0")
+        if versions.error_code.value != 0:
+            raise ProtocolClientError(f"ApiVersions answered error {versions.error_code}")
 
 
 def probe(host: str, port: int, timeout_s: float = 2.0) -> None:
@@ -133,15 +152,13 @@ class LocalCluster:
     ) -> None:
         if brokers < 1:
             raise ValueError(f"a cluster needs at least one broker, got {brokers}")
-        if brokers > MAX_BROKERS_WITHOUT_REPLICATION:
-            raise ValueError(
-                f"{brokers} brokers requested, but without replication (not built yet) brokers would serve "
-                f"independent logs, which is not a cluster; use brokers=1"
-            )
+        if brokers > MAX_BROKERS:
+            raise ValueError(f"{brokers} brokers requested; the bundled cluster runs at most {MAX_BROKERS} (addresses 127.0.0.10-{FIRST_HOST_OCTET + MAX_BROKERS - 1})")
         self._own_base_dir = base_dir is None
         self.base_dir = str(base_dir) if base_dir is not None else tempfile.mkdtemp(prefix="logquake-cluster-")
         os.makedirs(self.base_dir, exist_ok=True)
-        self.config = dict(config or {})
+        # __consumer_offsets cannot have more replicas than there are brokers.
+        self.config = {"offsets.topic.replication.factor": str(min(3, brokers)), **dict(config or {})}
         self._wrap_argv = wrap_argv
         self._extra_env = extra_env
         self._startup_timeout_s = startup_timeout_s
@@ -153,14 +170,31 @@ class LocalCluster:
             BrokerProcess(i, broker_host(i), port, os.path.join(self.base_dir, f"broker-{i}"), os.path.join(self.base_dir, f"broker-{i}.log"))
             for i in range(brokers)
         ]
+        self.controller = BrokerProcess(CONTROLLER_NODE_ID, CONTROLLER_HOST, port, os.path.join(self.base_dir, "controller"),
+                                        os.path.join(self.base_dir, "controller.log"))
         self._paused: set[int] = set()
+
+    def _node(self, node_id: int) -> BrokerProcess:
+        if node_id == CONTROLLER_NODE_ID:
+            return self.controller
+        if not 0 <= node_id < len(self.brokers):
+            raise ValueError(f"no node {node_id}: brokers are 0-{len(self.brokers) - 1}, the controller is {CONTROLLER_NODE_ID}")
+        return self.brokers[node_id]
+
+    @property
+    def controller_voters(self) -> str:
+        return f"{CONTROLLER_NODE_ID}@{self.controller.host}:{self.controller.port}"
 
     # ---- context manager ------------------------------------------------------------
 
     def __enter__(self) -> LocalCluster:
         try:
-            for broker in self.brokers:
-                self.start(broker.broker_id)
+            self.start(CONTROLLER_NODE_ID)
+            # Brokers register with the controller and catch up before they write their ready
+            # files, so they can start side by side.
+            with ThreadPoolExecutor(max_workers=len(self.brokers)) as pool:
+                for future in [pool.submit(self.start, b.broker_id) for b in self.brokers]:
+                    future.result()
         except BaseException:
             self.close()
             raise
@@ -176,6 +210,8 @@ class LocalCluster:
     # ---- one broker ------------------------------------------------------------------
 
     def argv(self, broker_id: int) -> list[str]:
+        if broker_id == CONTROLLER_NODE_ID:
+            return self._controller_argv()
         broker = self.brokers[broker_id]
         argv = [
             sys.executable, "-m", "cluster.runtime.broker_main",
@@ -184,12 +220,26 @@ class LocalCluster:
         ]
         if self._seed is not None:
             argv += ["--seed", str(self._seed + broker_id)]
-        for key, value in sorted(self.config.items()):
+        for key, value in sorted({**self.config, "controller.quorum.voters": self.controller_voters}.items()):
             argv += ["--config", f"{key}={value}"]
         return self._wrap_argv(broker_id, argv) if self._wrap_argv else argv
 
+    def _controller_argv(self) -> list[str]:
+        node = self.controller
+        argv = [
+            sys.executable, "-m", "cluster.controller.main",
+            "--node-id", str(CONTROLLER_NODE_ID), "--host", node.host, "--port", str(node.port),
+            "--data-dir", node.data_dir, "--log-file", node.log_path, "--ready-file", node.ready_file,
+        ]
+        if self._seed is not None:
+            argv += ["--seed", str(self._seed + CONTROLLER_NODE_ID)]
+        for key, value in sorted(self.config.items()):
+            argv += ["--config", f"{key}={value}"]
+        return argv
+
     def start(self, broker_id: int) -> BrokerProcess:
-        broker = self.brokers[broker_id]
+        broker = self._node(broker_id)
+        is_controller = broker_id == CONTROLLER_NODE_ID
         if self.is_alive(broker_id):
             raise RuntimeError(f"broker {broker_id} is already running (pid {broker.pid})")
         if os.path.exists(broker.ready_file):
@@ -197,7 +247,7 @@ class LocalCluster:
         env = dict(os.environ)
         project_root = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = project_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        if self._extra_env:
+        if self._extra_env and not is_controller:
             env.update(self._extra_env(broker_id))
         with open(broker.log_path, "ab") as log_file:
             popen_kwargs: dict[str, object] = dict(stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, env=env, cwd=project_root)
@@ -207,35 +257,35 @@ class LocalCluster:
                 broker.popen = subprocess.Popen(self.argv(broker_id), start_new_session=True, **popen_kwargs)  # type: ignore[call-overload]
         broker.pid = broker.popen.pid
         self._paused.discard(broker_id)
-        self._wait_ready(broker)
+        self._wait_ready(broker, probe_controller if is_controller else self._ready_probe)
         return broker
 
-    def _wait_ready(self, broker: BrokerProcess) -> None:
+    def _wait_ready(self, broker: BrokerProcess, ready_probe: Callable[[str, int], None]) -> None:
         deadline = time.monotonic() + self._startup_timeout_s
         last_error = "no ready file yet"
         while time.monotonic() < deadline:
             if broker.popen is not None and broker.popen.poll() is not None:
-                raise BrokerStartError(f"broker {broker.broker_id} exited with status {broker.popen.returncode}:\n{_log_tail(broker.log_path)}")
+                raise BrokerStartError(f"{_describe(broker)} exited with status {broker.popen.returncode}:\n{_log_tail(broker.log_path)}")
             if os.path.exists(broker.ready_file):
                 with open(broker.ready_file) as f:
                     broker.port = int(json.load(f)["port"])
                 try:
-                    self._ready_probe(broker.host, broker.port)
+                    ready_probe(broker.host, broker.port)
                     return
                 except (OSError, ProtocolClientError) as error:
                     last_error = str(error)
             time.sleep(0.05)
         self._signal(broker.broker_id, signal.SIGKILL)
-        raise BrokerStartError(f"broker {broker.broker_id} not ready after {self._startup_timeout_s} s ({last_error}):\n{_log_tail(broker.log_path)}")
+        raise BrokerStartError(f"{_describe(broker)} not ready after {self._startup_timeout_s} s ({last_error}):\n{_log_tail(broker.log_path)}")
 
     def is_alive(self, broker_id: int) -> bool:
-        broker = self.brokers[broker_id]
+        broker = self._node(broker_id)
         if broker.popen is not None:
             return broker.popen.poll() is None
         return False
 
     def _signal(self, broker_id: int, signum: int) -> None:
-        broker = self.brokers[broker_id]
+        broker = self._node(broker_id)
         if broker.popen is not None and broker.popen.poll() is None:
             broker.popen.send_signal(signum)
 
@@ -268,7 +318,7 @@ class LocalCluster:
         self._wait_for_state(broker_id, stopped=False)
 
     def _wait_for_state(self, broker_id: int, stopped: bool, timeout_s: float = 5.0) -> None:
-        pid = self.brokers[broker_id].pid
+        pid = self._node(broker_id).pid
         deadline = time.monotonic() + timeout_s
         while self.is_alive(broker_id) and time.monotonic() < deadline:
             try:
@@ -281,7 +331,7 @@ class LocalCluster:
             time.sleep(0.005)
 
     def _reap(self, broker_id: int, timeout_s: float) -> int | None:
-        popen = self.brokers[broker_id].popen
+        popen = self._node(broker_id).popen
         if popen is None:
             return None
         try:
@@ -290,19 +340,29 @@ class LocalCluster:
             return None
 
     def close(self) -> None:
-        """Stop every broker (clean if possible, killed otherwise) and remove a temp base dir."""
+        """Stop every broker, then the controller (clean if possible, killed otherwise), and
+        remove a temp base dir. Brokers stop side by side: a controlled shutdown waits for the
+        controller to move leadership away."""
         try:
-            for broker in self.brokers:
+            def stop(node_id: int) -> None:
                 try:
-                    self.stop(broker.broker_id)
+                    self.stop(node_id)
                 except BaseException:
-                    self._signal(broker.broker_id, signal.SIGKILL)
+                    self._signal(node_id, signal.SIGKILL)
                     raise
+
+            with ThreadPoolExecutor(max_workers=len(self.brokers)) as pool:
+                futures = [pool.submit(stop, b.broker_id) for b in self.brokers]
+            try:
+                for future in futures:
+                    future.result()
+            finally:
+                stop(CONTROLLER_NODE_ID)
         finally:
             if self._own_base_dir:
                 shutil.rmtree(self.base_dir, ignore_errors=True)
 
     def detach(self) -> None:
         """Forget the processes without stopping them (the CLI's detached start)."""
-        for broker in self.brokers:
+        for broker in [*self.brokers, self.controller]:
             broker.popen = None

@@ -55,12 +55,8 @@ def register(subparsers: Any) -> None:
 
 
 def default_brokers() -> int:
-    """3, or fewer while the bundled cluster cannot yet run 3 (it says so in its launcher)."""
-    try:
-        from cluster import launcher
-    except ImportError:
-        return 3
-    return min(3, getattr(launcher, "MAX_BROKERS_WITHOUT_REPLICATION", 3))
+    """3, as Jepsen's Kafka tests and Kafka's replication defaults assume."""
+    return 3
 
 
 class BadArgument(ValueError):

@@ -13,9 +13,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 BATCHING = {"linger.ms": 5, "batch.size": 1_000_000, "queue.buffering.max.messages": 1_000_000}
 
 
-def create_topic(bootstrap: str, name: str, partitions: int, config: dict[str, str] | None = None) -> None:
+def create_topic(bootstrap: str, name: str, partitions: int, config: dict[str, str] | None = None, replication_factor: int = 1) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(name, partitions, 1, config=config or {})], operation_timeout=10)
+    futures = admin.create_topics([NewTopic(name, partitions, replication_factor, config=config or {})], operation_timeout=10)
     for future in futures.values():
         future.result(timeout=15)
 
@@ -115,3 +115,36 @@ def committed_offsets(c: Consumer, topic: str, partitions: int) -> dict[int, int
 
 def end_offsets(c: Consumer, topic: str, partitions: int) -> dict[int, int]:
     return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
+
+
+@dataclass(frozen=True)
+class PartitionView:
+    leader: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+def partition_view(bootstrap: str, topic: str, partition: int) -> PartitionView | None:
+    """The partition's leader, replicas and ISR as the cluster's Metadata reports them."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        metadata = admin.list_topics(topic, timeout=5)
+    except Exception:  # noqa: BLE001 - a cluster mid-failover may not answer; the caller polls
+        return None
+    topic_md = metadata.topics.get(topic)
+    if topic_md is None or topic_md.error is not None or partition not in topic_md.partitions:
+        return None
+    p = topic_md.partitions[partition]
+    return PartitionView(p.leader, tuple(p.replicas), tuple(p.isrs))
+
+
+def wait_for(predicate, timeout_s: float, what: str, interval_s: float = 0.1):
+    """Poll `predicate` until it returns something truthy (returned); fail naming `what`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not reached within {timeout_s} s")
+        time.sleep(interval_s)

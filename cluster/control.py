@@ -206,6 +206,12 @@ class ClusterControl:
     def hosts(self) -> dict[int, str]:
         return {broker_id: self.host(broker_id) for broker_id in self.broker_ids}
 
+    def controller_host(self) -> str | None:
+        """Address of the cluster's controller process (None when the cluster has none,
+        e.g. a test double)."""
+        controller = getattr(self.cluster, "controller", None)
+        return None if controller is None else str(controller.host)
+
     def data_dir(self, broker_id: int) -> str:
         return self._broker(broker_id).data_dir
 

@@ -6,6 +6,11 @@ atomic nftables transaction; stop and heal let everything through again. Only tr
 between broker addresses is cut: clients connect from 127.0.0.1 and keep reaching every
 broker, as Jepsen's control node does (so brokers must bind their outgoing connections to
 their own address for partitions to see them).
+
+The bundled cluster's single controller stands for the KRaft quorum, which in a real
+deployment runs on the same machines as the brokers: it stays with the majority. A broker
+cut off from a strict majority of the other brokers is cut off from the controller too (both
+ways), so an isolated leader is fenced and loses leadership as it would in Kafka.
 """
 
 from __future__ import annotations
@@ -32,6 +37,17 @@ def partition_schedule(nodes: list[int], options: NemesisOptions, rng: random.Ra
                 yield partition_topology(name, nodes, rng).as_value()
 
     return alternate("start-partition", "stop-partition", starts())
+
+
+def brokers_without_majority(brokers: list[int], blocked: list[tuple[int, int]]) -> list[int]:
+    """Brokers cut (in either direction) from a strict majority of the other brokers."""
+    cut_off: dict[int, set[int]] = {b: set() for b in brokers}
+    for src, dst in blocked:
+        if src in cut_off and dst in cut_off:
+            cut_off[src].add(dst)
+            cut_off[dst].add(src)
+    others = len(brokers) - 1
+    return sorted(b for b, peers in cut_off.items() if others > 0 and len(peers) * 2 > others)
 
 
 class PartitionPackage:
@@ -69,17 +85,21 @@ class PartitionPackage:
             except ControlError as error:
                 return {"topology": value["topology"], "error": str(error), "blocked": []}
             topology = partition_topology(value["topology"], self.control.broker_ids, random.Random(0), primaries=leaders)
-            self.apply(topology)
-            return {**topology.as_value(), **extra}
-        self.apply(Topology.from_value(value))
-        return dict(value)
+            cut = self.apply(topology)
+            return {**topology.as_value(), **extra, **({"cut-from-controller": cut} if cut else {})}
+        cut = self.apply(Topology.from_value(value))
+        return {**value, **({"cut-from-controller": cut} if cut else {})}
 
-    def apply(self, topology: Topology) -> None:
+    def apply(self, topology: Topology) -> list[int]:
+        """Install the cuts; returns the brokers also cut off from the controller."""
         hosts = self.control.hosts()
-        self.partitioner.apply(
-            blocked=[(hosts[src], hosts[dst]) for src, dst in topology.blocked],
-            blocked_data=[(hosts[src], hosts[dst]) for src, dst in topology.blocked_data],
-        )
+        blocked = [(hosts[src], hosts[dst]) for src, dst in topology.blocked]
+        controller = self.control.controller_host()
+        cut_from_controller = brokers_without_majority(list(hosts), topology.blocked) if controller else []
+        for broker in cut_from_controller:
+            blocked += [(hosts[broker], controller), (controller, hosts[broker])]  # type: ignore[list-item]
+        self.partitioner.apply(blocked=blocked, blocked_data=[(hosts[src], hosts[dst]) for src, dst in topology.blocked_data])
+        return cut_from_controller
 
     def heal(self) -> None:
         self.partitioner.heal()

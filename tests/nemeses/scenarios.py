@@ -261,7 +261,59 @@ def scenario_broker() -> dict:
     return out
 
 
+def scenario_partitioned_leader() -> dict:
+    """Three real brokers and the controller inside the namespace: the partition nemesis
+    isolates the leader of a partition ("primaries"); the majority elects a new leader; after
+    heal the old leader follows it."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from cluster.launcher import LocalCluster
+
+    config = {"broker.session.timeout.ms": "2000", "broker.heartbeat.interval.ms": "300", "replica.lag.time.max.ms": "4000",
+              "offsets.topic.num.partitions": "3", "default.replication.factor": "3"}
+    with tempfile.TemporaryDirectory(prefix="logquake-leader-ns-") as base, \
+            LocalCluster(3, base_dir=os.path.join(base, "cluster"), config=config) as cluster:
+        control = ClusterControl(cluster)
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+        for future in admin.create_topics([NewTopic("t", 1, 3)]).values():
+            future.result(timeout=30)
+
+        def leader() -> int:
+            try:
+                return next(iter(control.leaders(["t"]).values()), -1)
+            except Exception:  # noqa: BLE001 - no broker answered yet
+                return -1
+
+        deadline = time.monotonic() + 30
+        while leader() < 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        before = leader()
+        package = PartitionPackage(control, NemesisOptions(partition_targets=("primaries",), primary_topics=("t",)))
+        started = package.invoke("start-partition", {"topology": "primaries"})
+        majority = [b for b in control.broker_ids if b != before]
+        majority_view = AdminClient({"bootstrap.servers": ",".join(control.address(b) for b in majority)})
+        after = before
+        deadline = time.monotonic() + 30
+        while after == before and time.monotonic() < deadline:
+            try:
+                after = majority_view.list_topics("t", timeout=2).topics["t"].partitions[0].leader
+            except Exception:  # noqa: BLE001 - keep polling while the cluster fails over
+                pass
+            time.sleep(0.1)
+        package.invoke("stop-partition", None)
+        isr: list[int] = []
+        deadline = time.monotonic() + 30
+        while len(isr) < 3 and time.monotonic() < deadline:
+            try:
+                isr = sorted(admin.list_topics("t", timeout=2).topics["t"].partitions[0].isrs)
+            except Exception:  # noqa: BLE001
+                pass
+            time.sleep(0.1)
+        return {"inside": inside_private_namespace(), "before": before, "after": after, "started": started, "isr_after_heal": isr}
+
+
 SCENARIOS = {
+    "partitioned_leader": scenario_partitioned_leader,
     "broker": scenario_broker,
     "combined": scenario_combined,
     "partitions": scenario_partitions,

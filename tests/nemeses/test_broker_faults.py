@@ -201,3 +201,13 @@ def test_a_broker_restarted_from_a_short_lived_thread_outlives_it(cluster_contro
 def test_a_real_broker_and_its_clients_share_the_private_namespace():
     observed = run_scenario("broker")
     assert observed == {"inside": True, "delivered": [True], "before": "0", "cut": "TimeoutError", "healed": "0"}
+
+
+def test_a_partitioned_leader_loses_leadership_and_rejoins_after_heal():
+    observed = run_scenario("partitioned_leader")
+    assert observed["inside"] is True
+    before, after = observed["before"], observed["after"]
+    assert before in (0, 1, 2), f"no leader before the partition: {observed}"
+    assert observed["started"]["cut-from-controller"] == [before], observed["started"]
+    assert after in (0, 1, 2) and after != before, f"the isolated leader {before} kept leadership: {observed}"
+    assert observed["isr_after_heal"] == [0, 1, 2], f"the old leader did not rejoin the ISR after heal: {observed}"

@@ -202,3 +202,20 @@ def test_stop_before_any_start_is_harmless(control):
         package.heal()
         with pytest.raises(ValueError, match="has no op"):
             package.invoke("start-flood", None)
+
+
+def test_the_controller_stays_with_the_majority():
+    from nemeses.partition import brokers_without_majority
+    from nemeses.targets import partition_topology
+
+    one = partition_topology("one", [0, 1, 2], random.Random(1))
+    isolated = [b for b in (0, 1, 2) if all((b, o) in one.blocked for o in (0, 1, 2) if o != b)]
+    assert brokers_without_majority([0, 1, 2], sorted(one.blocked)) == isolated and len(isolated) == 1
+    # 5 brokers split 2/3: the two are cut off, the three are not.
+    halves = partition_topology("majority", [0, 1, 2, 3, 4], random.Random(2))
+    minority = sorted(min(halves.components, key=len))
+    assert brokers_without_majority([0, 1, 2, 3, 4], sorted(halves.blocked)) == minority
+    # A ring of majorities leaves everyone a majority: nobody loses the controller.
+    ring = partition_topology("majorities-ring", [0, 1, 2, 3, 4], random.Random(3))
+    assert brokers_without_majority([0, 1, 2, 3, 4], sorted(ring.blocked)) == []
+    assert brokers_without_majority([0], []) == []

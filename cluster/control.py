@@ -170,6 +170,14 @@ class BrokerClocks:
             return dict(self._offsets_s)
 
 
+@dataclass(frozen=True)
+class PartitionStatus:
+    tp: TopicPartition
+    leader: int  # -1: no leader
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
 # -- control --------------------------------------------------------------------------
 
 class ClusterControl:
@@ -307,6 +315,11 @@ class ClusterControl:
         """Leader broker id of every partition of `topics` (all topics when None), from a
         Metadata request to the first live broker that answers. Partitions without a leader
         are left out."""
+        return {tp: state.leader for tp, state in self.partition_states(topics, timeout_s=timeout_s).items() if state.leader >= 0}
+
+    def partition_states(self, topics: Iterable[str] | None = None, *, timeout_s: float = 2.0) -> dict[TopicPartition, PartitionStatus]:
+        """Leader (-1: none), replicas and ISR of every partition of `topics` (all topics when
+        None), from a Metadata request to the first live broker that answers."""
         wanted = None
         if topics is not None:
             topic_schema = _metadata_request_topic_schema()
@@ -330,8 +343,11 @@ class ClusterControl:
                 if topic.error_code.value != 0 or topic.name is None:
                     continue
                 for partition in topic.partitions:
-                    if partition.error_code.value == 0 and int(partition.leader_id) >= 0:
-                        result[TopicPartition(topic.name, int(partition.partition_index))] = int(partition.leader_id)
+                    # LEADER_NOT_AVAILABLE still describes the partition (no leader).
+                    if partition.error_code.value in (0, 5):
+                        tp = TopicPartition(topic.name, int(partition.partition_index))
+                        result[tp] = PartitionStatus(tp, int(partition.leader_id), tuple(int(b) for b in partition.replica_nodes),
+                                                     tuple(int(b) for b in partition.isr_nodes))
             return result
         raise ControlError("no broker answered a Metadata request: " + ("; ".join(errors) or "none is alive"))
 

@@ -20,7 +20,7 @@ from workloads.registry import WORKLOAD_NAMES
 
 # Fault packages the nemeses implement (nemeses/). All of them act on broker processes or
 # their network, so none can run against an external cluster.
-NEMESIS_NAMES: tuple[str, ...] = ("kill", "pause", "partition", "clock")
+NEMESIS_NAMES: tuple[str, ...] = ("kill", "pause", "partition", "clock", "brokers-down", "lone-leader-crash")
 PROCESS_CONTROL_NEMESES: frozenset[str] = frozenset(NEMESIS_NAMES)
 
 SPEC_VERSION = 1

@@ -44,8 +44,10 @@ COLORS: dict[str, str] = {
     "kill": "#7b4fa0",
     "pause": "#59a14f",
     "clock": "#2a9d8f",
+    "brokers-down": "#b07aa1",
+    "lone-leader-crash": "#8c564b",
 }
-PACKAGE_NAMES: tuple[str, ...] = ("kill", "pause", "partition", "clock")
+PACKAGE_NAMES: tuple[str, ...] = ("kill", "pause", "partition", "clock", "brokers-down", "lone-leader-crash")
 
 
 class NemesisError(ValueError):
@@ -129,6 +131,12 @@ def build_packages(names: list[str], control: ClusterControl, options: object = 
         elif name == "clock":
             from nemeses.clock import ClockPackage
             packages.append(ClockPackage(control, opts))
+        elif name == "brokers-down":
+            from nemeses.scripted import BrokersDownPackage
+            packages.append(BrokersDownPackage(control, opts))
+        elif name == "lone-leader-crash":
+            from nemeses.scripted import LoneLeaderCrashPackage
+            packages.append(LoneLeaderCrashPackage(control, opts))
         else:
             raise NemesisError(f"unknown nemesis {name!r}; known: {', '.join(PACKAGE_NAMES)}")
     return packages

@@ -25,6 +25,8 @@ _KNOWN_FAULT_COLOURS = {
     "clock": "#2a9d8f",
     "packet": "#d4a017",
     "disk": "#9c755f",
+    "brokers-down": "#b07aa1",
+    "lone-leader-crash": "#8c564b",
 }
 _SPARE_FAULT_COLOURS = ("#4e79a7", "#b07aa1", "#86bcb6", "#8c564b", "#bcbd22", "#17becf", "#7f7f7f")
 

@@ -1,0 +1,168 @@
+"""Scripted faults: the failure sequences of the seed articles and of Kafka's documented
+data-loss recipes, as nemesis packages, so a run reproduces them on schedule.
+
+Each targets the first partition (in topic, partition order) of the primary topics (all
+non-internal topics by default) that has a leader when the fault starts, and records which
+brokers played which role. One start op performs the whole sequence; the stop op restarts
+or resumes everything the sequence took down.
+
+- `brokers-down` ("When Brokers Are Down"): SIGKILL one follower and wait until it has left
+  the ISR and the leader has taken writes without it; the same for the second follower (ISR
+  = the leader alone); SIGKILL the leader; restart the follower killed first. With unclean
+  leader election off the partition stays offline until the stop op brings the leader back;
+  with it on the restarted follower is elected and the writes it missed are lost.
+- `lone-leader-crash` (the acks=1 failover loss, reliability notes S3): SIGSTOP both
+  followers for less than the session timeout (so they stay in the ISR but fetch nothing),
+  then SIGKILL the leader and resume the followers: one of them is elected without the
+  records the leader acknowledged alone. acks=all is held back by the stalled followers and
+  loses nothing.
+"""
+
+from __future__ import annotations
+
+import random
+from abc import ABC, abstractmethod
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from cluster.control import ClusterControl, ControlError, PartitionStatus
+from nemeses.base import COLORS, NemesisError, NemesisOptions, alternate
+
+# How long to let the leader take writes after each follower is gone, so each step of the
+# script leaves data behind that the next step can lose.
+SETTLE_S = 2.0
+# How long an ISR change may take to show (session timeout plus propagation).
+ISR_WAIT_S = 60.0
+# How long the followers stall in lone-leader-crash: well under broker.session.timeout.ms
+# (default 9 s, 3 s in the fast test settings), so they are not fenced meanwhile.
+STALL_S = 1.0
+
+
+class _ScriptedPackage(ABC):
+    name = ""
+    color = ""
+
+    def __init__(self, control: ClusterControl, options: NemesisOptions) -> None:
+        if len(control.broker_ids) < 3:
+            raise NemesisError(f"the {self.name} nemesis needs a partition with a leader and two followers: 3 or more brokers, "
+                               f"the cluster has {len(control.broker_ids)}")
+        self.control = control
+        self.options = options
+        self._lock = threading.Lock()
+        self.killed: set[int] = set()
+        self.paused: set[int] = set()
+
+    def schedule(self, rng: random.Random) -> Iterator[dict]:
+        def starts() -> Iterator[dict]:
+            while True:
+                yield {"script": self.name}
+
+        return alternate(f"start-{self.name}", f"stop-{self.name}", starts())
+
+    def invoke(self, f: str, value: Any) -> object:
+        if f == f"start-{self.name}":
+            with self._lock:
+                target = self._target()
+                if isinstance(target, dict):
+                    return target
+                return self.run(target)
+        if f == f"stop-{self.name}":
+            return self.stop()
+        raise ValueError(f"the {self.name} nemesis has no op {f!r}")
+
+    def _target(self) -> PartitionStatus | dict:
+        try:
+            states = self.control.partition_states(self.options.primary_topics)
+        except ControlError as error:
+            return {"error": str(error)}
+        candidates = [s for tp, s in sorted(states.items(), key=lambda i: (i[0].topic, i[0].partition))
+                      if not tp.topic.startswith("__") and s.leader >= 0 and len(s.replicas) >= 3]
+        if not candidates:
+            return {"error": "no partition with a leader and at least two followers"}
+        return candidates[0]
+
+    def _isr(self, target: PartitionStatus) -> tuple[int, ...] | None:
+        try:
+            state = self.control.partition_states([target.tp.topic]).get(target.tp)
+        except ControlError:
+            return None
+        return None if state is None else state.isr
+
+    def _wait_isr(self, target: PartitionStatus, done: Any) -> bool:
+        deadline = time.monotonic() + ISR_WAIT_S
+        while time.monotonic() < deadline:
+            isr = self._isr(target)
+            if isr is not None and done(isr):
+                return True
+            time.sleep(0.1)
+        return False
+
+    def _kill(self, node: int) -> None:
+        self.control.kill(node)
+        self.killed.add(node)
+
+    @abstractmethod
+    def run(self, target: PartitionStatus) -> dict:
+        """Perform the script on `target`; what happened, for the completion."""
+
+    def stop(self) -> dict:
+        with self._lock:
+            resumed = sorted(self.paused)
+            for node in resumed:
+                self.control.resume(node)
+            self.paused.clear()
+            started = []
+            for node in sorted(self.killed):
+                if not self.control.is_alive(node):
+                    self.control.start(node)
+                    started.append(node)
+            self.killed.clear()
+        return {"started": started, "resumed": resumed}
+
+    def heal(self) -> None:
+        self.stop()
+
+
+class BrokersDownPackage(_ScriptedPackage):
+    name = "brokers-down"
+    color = COLORS["brokers-down"]
+
+    def run(self, target: PartitionStatus) -> dict:
+        leader = target.leader
+        first, second = [b for b in target.replicas if b != leader][:2]
+        steps: list[str] = []
+        out: dict = {"partition": f"{target.tp.topic}-{target.tp.partition}", "leader": leader, "followers": [first, second], "steps": steps}
+        self._kill(first)
+        left = self._wait_isr(target, lambda isr: first not in isr)
+        steps.append(f"killed follower {first}" + ("" if left else " (still in the ISR after the wait)"))
+        time.sleep(SETTLE_S)
+        self._kill(second)
+        alone = self._wait_isr(target, lambda isr: tuple(isr) == (leader,))
+        steps.append(f"killed follower {second}" + ("; ISR is the leader alone" if alone else " (the ISR did not shrink to the leader)"))
+        time.sleep(SETTLE_S)
+        self._kill(leader)
+        steps.append(f"killed leader {leader}")
+        self.control.start(first)
+        self.killed.discard(first)
+        steps.append(f"restarted follower {first}")
+        return out
+
+
+class LoneLeaderCrashPackage(_ScriptedPackage):
+    name = "lone-leader-crash"
+    color = COLORS["lone-leader-crash"]
+
+    def run(self, target: PartitionStatus) -> dict:
+        leader = target.leader
+        followers = [b for b in target.replicas if b != leader]
+        for node in followers:
+            self.control.pause(node)
+            self.paused.add(node)
+        time.sleep(STALL_S)
+        self._kill(leader)
+        for node in followers:
+            self.control.resume(node)
+            self.paused.discard(node)
+        return {"partition": f"{target.tp.topic}-{target.tp.partition}", "leader": leader, "stalled": followers, "stall_s": STALL_S}

@@ -1,0 +1,92 @@
+"""Issue #5 end to end: `logquake test` on the bundled 3-broker cluster, checked by the Spark
+checkers, judged against the claims the configuration makes.
+
+- The safe configuration (acks=all, idempotence, min ISR 2, unclean election off) under
+  kills and partitions must check valid.
+- Unclean election under the seed articles' "When Brokers Are Down" sequence must lose
+  acknowledged writes: lost-write with witnesses, invalid, exit code 1. The client asked for
+  durability (acks=all against min ISR 2); the unclean-election switch is the system breaking
+  that promise, which is what the run must catch.
+- acks=1 when a leader dies alone with its acknowledged records loses writes too, but
+  acks=1 makes no durability claim: the run is valid and lists the anomaly.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.history import read_history
+
+PROJECT = Path(__file__).resolve().parents[2]
+FAST_FAILOVER = ["broker.session.timeout.ms=3000", "broker.heartbeat.interval.ms=500", "replica.lag.time.max.ms=5000",
+                 "replica.fetch.wait.max.ms=200", "group.initial.rebalance.delay.ms=0", "offsets.topic.num.partitions=3"]
+
+
+def run_test(tmp_path: Path, *argv: str, cluster_config: list[str], client_config: list[str]) -> tuple[subprocess.CompletedProcess, Path, dict]:
+    results = tmp_path / "results"
+    command = [sys.executable, "-m", "harness.testcmd", "--workload", "queue", "--brokers", "3", "--results-dir", str(results),
+               "--quiet-period", "3", "--final-time-limit", "60", *argv]
+    for pair in FAST_FAILOVER + cluster_config:
+        command += ["--cluster-config", pair]
+    for pair in client_config:
+        command += ["--client-config", pair]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=PROJECT)
+    runs = [p.parent for p in results.glob("*/*/spec.json")]
+    assert len(runs) == 1, f"no single run dir under {results}:\n{out.stderr[-3000:]}"
+    run_dir = runs[0]
+    results_json = run_dir / "results.json"
+    assert results_json.exists(), f"no results.json; exit {out.returncode}:\n{out.stderr[-3000:]}"
+    return out, run_dir, json.loads(results_json.read_text())
+
+
+def anomalies(verdict: dict) -> dict[str, dict]:
+    return {a["name"]: a for a in verdict["anomalies"]}
+
+
+def nemesis_fs(run_dir: Path) -> set[str]:
+    return {op.f for op in read_history(run_dir / "history.jsonl") if op.process == "nemesis"}
+
+
+@pytest.mark.slow
+def test_the_safe_configuration_checks_valid_under_kills_and_partitions(tmp_path):
+    out, run_dir, verdict = run_test(
+        tmp_path, "--nemesis", "kill,partition", "--nemesis-interval", "6", "--time-limit", "45", "--seed", "31",
+        cluster_config=["min.insync.replicas=2"], client_config=["acks=all", "enable.idempotence=true"])
+    assert {"start-kill", "start-partition"} & nemesis_fs(run_dir), "no fault was injected"
+    durable = {c["name"]: c for c in verdict["claims"]}["acked-writes-durable"]
+    assert durable["holds"] is True
+    assert verdict["valid"] is True, json.dumps(verdict, indent=1)[:4000]
+    assert out.returncode == 0
+
+
+@pytest.mark.slow
+def test_unclean_election_when_brokers_are_down_loses_acknowledged_writes(tmp_path):
+    out, run_dir, verdict = run_test(
+        tmp_path, "--nemesis", "brokers-down", "--nemesis-interval", "4", "--time-limit", "40", "--seed", "32",
+        cluster_config=["min.insync.replicas=2", "unclean.leader.election.enable=true"], client_config=["acks=all"])
+    assert "start-brokers-down" in nemesis_fs(run_dir)
+    found = anomalies(verdict)
+    assert "lost-write" in found, json.dumps(verdict, indent=1)[:4000]
+    lost = found["lost-write"]
+    assert lost["allowed"] is False and "acked-writes-durable" in lost["violates"], lost
+    assert lost["witnesses"] and all(w["op_indices"] for w in lost["witnesses"])
+    assert verdict["valid"] is False, "unclean election lost acknowledged writes, yet the run checked valid"
+    assert out.returncode == 1
+
+
+@pytest.mark.slow
+def test_acks_1_loses_writes_when_the_leader_dies_alone_and_the_claims_allow_it(tmp_path):
+    out, run_dir, verdict = run_test(
+        tmp_path, "--nemesis", "lone-leader-crash", "--nemesis-interval", "5", "--time-limit", "40", "--seed", "33",
+        cluster_config=["min.insync.replicas=1", "replica.lag.time.max.ms=30000"], client_config=["acks=1"])
+    assert "start-lone-leader-crash" in nemesis_fs(run_dir)
+    found = anomalies(verdict)
+    assert "lost-write" in found, json.dumps(verdict, indent=1)[:4000]
+    assert found["lost-write"]["allowed"] is True
+    assert verdict["valid"] is True, json.dumps(verdict, indent=1)[:4000]
+    assert out.returncode == 0

@@ -1,10 +1,12 @@
-"""The broker core: owns topics, partitions, producer ids and the group coordinator, and
-turns decoded requests into responses.
+"""The broker core: turns decoded requests into responses for the partitions this broker
+hosts, as the cluster metadata says, and coordinates the consumer groups whose
+`__consumer_offsets` partitions it leads.
 
-Sans-I/O: it is handed a Disk, a Clock, a Scheduler and an Rng, and answers each request
-through the `reply` callback the runtime passes with it (synchronously for most APIs, later
-for long-poll Fetch and for JoinGroup/SyncGroup parked in a rebalance). The runtime
-guarantees one request at a time per connection, as Kafka does.
+Sans-I/O: it is handed a Disk, a Clock, a Scheduler, an Rng and an Outbound (to reach the
+controller and the other brokers), and answers each request through the `reply` callback
+the runtime passes with it (synchronously for most APIs, later for long-poll Fetch, acks=all
+Produce, requests forwarded to the controller, and JoinGroup/SyncGroup parked in a
+rebalance). The runtime guarantees one request at a time per connection, as Kafka does.
 """
 
 from __future__ import annotations
@@ -14,41 +16,70 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from kio.index import EntityType
 from kio.schema.errors import ErrorCode
 
 from cluster.broker import fetch, group_api, produce, topic_api
-from cluster.broker.env import ClientInfo, Clock, Reply, Response, Rng, Scheduler, TimerHandle
+from cluster.broker.controller_client import ControllerClient
+from cluster.broker.env import ClientInfo, Clock, Endpoint, Outbound, Reply, Response, Rng, Scheduler, TimerHandle
 from cluster.broker.groups import Group, GroupCoordinator, OffsetToCommit
 from cluster.broker.offsets_log import GroupRecord, OffsetRecord, decode_batch, group_batch, offset_commit_batch, partition_for_group
 from cluster.broker.partition import Partition, TopicPartition
 from cluster.broker.producer_ids import ProducerIdAllocator
-from cluster.broker.topics import OFFSETS_TOPIC, TopicInfo, TopicRegistry
+from cluster.broker.replica_manager import ReplicaManager
+from cluster.broker.topics import OFFSETS_TOPIC
 from cluster.config import BrokerConfig
-from cluster.protocol.codec import Request, build, encode_response, payload_class, response_class
+from cluster.metadata.image import MetadataDelta, MetadataImage, TopicImage
+from cluster.protocol.codec import Request, build, encode_response, payload_class, request_class, response_class
 from cluster.protocol.versions import ApiKey, SUPPORTED_VERSIONS
 from cluster.storage.batch import parse_header
 from cluster.storage.config import LogConfig
 from cluster.storage.disk import Disk
-from cluster.storage.log import PartitionLog
 
 log = logging.getLogger(__name__)
 NO_THROTTLE = datetime.timedelta(0)
+GROUP_APIS = frozenset({ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP, ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH})
+
+
+class ImageTopics:
+    """The topics as this broker's metadata image has them (the registry the handlers read)."""
+
+    def __init__(self, controller: ControllerClient) -> None:
+        self._controller = controller
+
+    def by_name(self, name: str | None) -> TopicImage | None:
+        return self._controller.image.topic(name) if name is not None else None
+
+    def by_id(self, topic_id: Any) -> TopicImage | None:
+        return self._controller.image.topics_by_id.get(topic_id)
+
+    def all(self) -> list[TopicImage]:
+        return sorted(self._controller.image.topics_by_name.values(), key=lambda t: t.name)
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig, disk: Disk, clock: Clock, scheduler: Scheduler, rng: Rng) -> None:
+    def __init__(self, config: BrokerConfig, disk: Disk, clock: Clock, scheduler: Scheduler, rng: Rng, outbound: Outbound,
+                 controller: Endpoint | None = None) -> None:
         self.config = config
         self.disk = disk
         self.clock = clock
         self.scheduler = scheduler
         self.rng = rng
-        self.topics = TopicRegistry(disk, config.data_dir)
-        self.partitions: dict[TopicPartition, Partition] = {}
-        # Internal-topic partitions never written yet: opened on first use, so that a start
-        # (and every restart in a fault run) does not pay for dozens of empty logs.
-        self._unopened: set[TopicPartition] = set()
-        self.producer_ids = ProducerIdAllocator(disk, config.data_dir, config.producer_id_block_size)
+        self.outbound = outbound
+        if controller is None:
+            voter = config.controller_endpoint()
+            if voter is None:
+                raise ValueError("the broker needs a controller: set controller.quorum.voters (or run it in combined mode)")
+            controller = Endpoint(*voter)
+        self.controller_client = ControllerClient(config, clock, scheduler, outbound, controller, self._on_metadata, rng)
+        self.replicas = ReplicaManager(config, disk, clock, scheduler, outbound, self.controller_client, self._log_config_for_topic)
+        self.topics = ImageTopics(self.controller_client)
+        self.producer_ids = ProducerIdAllocator(self.controller_client)
         self.groups = GroupCoordinator(config, clock, scheduler, rng, self._persist_offsets, self._persist_group)
+        # __consumer_offsets partitions whose groups this broker has loaded and coordinates.
+        self._coordinating: set[int] = set()
+        self._offsets_topic_requested = False
+        self._topic_waiters: list[Callable[[], bool]] = []
         self._timers: list[TimerHandle] = []
         self._running = False
         self._handlers: dict[int, Callable[[Request, ClientInfo, Reply], None]] = {
@@ -75,30 +106,33 @@ class Broker:
     # ---- lifecycle ---------------------------------------------------------------------
 
     def start(self) -> None:
-        """Load metadata, open and recover every log, replay group state, start timers."""
+        """Start replication and the controller session; partitions are opened (and
+        recovered) as the metadata log names them."""
         self.disk.makedirs(self.config.data_dir)
-        self.topics.load()
-        self.producer_ids.load()
-        # This broker is (re)elected leader of everything it hosts: a new epoch each start.
-        self.topics.bump_all_epochs()
-        if self.topics.by_name(OFFSETS_TOPIC) is None:
-            self.topics.create(OFFSETS_TOPIC, self.config.offsets_topic_num_partitions, {}, self.rng)
-        for info in self.topics.all():
-            self._open_partitions(info)
-        self._replay_group_state()
+        self.replicas.start()
+        self.controller_client.start()
         self._running = True
         self._schedule_repeating(self.config.log_flush_scheduler_interval_ms, self._flush_due_logs)
         self._schedule_repeating(self.config.log_retention_check_interval_ms, self._apply_retention)
-        log.info("broker %d started with %d topics, %d partitions", self.config.broker_id, len(self.topics.all()), len(self.partitions) + len(self._unopened))
+        log.info("broker %d started (controller at %s)", self.config.broker_id, self.controller_client.controller)
+
+    @property
+    def ready(self) -> bool:
+        """Registered, caught up with the metadata and unfenced: clients can use it."""
+        return self.controller_client.registered and not self.controller_client.fenced
+
+    def begin_controlled_shutdown(self, on_done: Callable[[], None]) -> None:
+        self.controller_client.begin_controlled_shutdown(on_done)
 
     def shutdown(self) -> None:
-        """Clean shutdown: stop timers, flush and close every log."""
+        """Clean shutdown: stop timers, the controller session and replication; flush and
+        close every log."""
         self._running = False
         for timer in self._timers:
             timer.cancel()
         self._timers.clear()
-        for partition in self.partitions.values():
-            partition.log.close()
+        self.controller_client.stop()
+        self.replicas.shutdown()
         log.info("broker %d shut down cleanly", self.config.broker_id)
 
     def _schedule_repeating(self, interval_ms: int, action: Callable[[], None]) -> None:
@@ -126,24 +160,37 @@ class Broker:
             if partition.tp.topic != OFFSETS_TOPIC:
                 partition.log.apply_retention(now_ms=now_ms, max_offset=partition.high_watermark)
 
-    def log_config_for(self, info: TopicInfo) -> LogConfig:
+    @property
+    def partitions(self) -> dict[TopicPartition, Partition]:
+        return self.replicas.partitions
+
+    def _log_config_for_topic(self, topic: str) -> LogConfig:
+        image = self.topics.by_name(topic)
+        return LogConfig.from_properties({**self.config.properties, **(image.configs if image else {})})
+
+    def log_config_for(self, info: TopicImage) -> LogConfig:
         return LogConfig.from_properties({**self.config.properties, **info.configs})
 
-    def _partition_dir(self, tp: TopicPartition) -> str:
-        return f"{self.config.data_dir}/{tp.topic}-{tp.partition}"
+    # ---- metadata ----------------------------------------------------------------------
 
-    def _open_partitions(self, info: TopicInfo) -> None:
-        for index in range(info.num_partitions):
-            tp = TopicPartition(info.name, index)
-            if info.is_internal and not self.disk.exists(self._partition_dir(tp)):
-                self._unopened.add(tp)
-            else:
-                self._open_partition(info, tp)
+    def _on_metadata(self, image: MetadataImage, delta: MetadataDelta) -> None:
+        changes = self.replicas.apply_metadata(image, delta)
+        for topic in delta.removed_topics:
+            self.groups.forget_topic(topic.name)
+        for tp in changes.became_leader:
+            if tp.topic == OFFSETS_TOPIC:
+                self._load_groups(tp.partition)
+        for tp in changes.became_follower + changes.removed:
+            if tp.topic == OFFSETS_TOPIC and tp.partition in self._coordinating:
+                self._coordinating.discard(tp.partition)
+                log.info("no longer coordinating the groups of %s", tp)
+        if self._topic_waiters:
+            self._topic_waiters = [w for w in self._topic_waiters if not w()]
 
-    def _open_partition(self, info: TopicInfo, tp: TopicPartition) -> Partition:
-        partition_log = PartitionLog.open(self.disk, self._partition_dir(tp), self.log_config_for(info), now_ms=self.clock.wall_ms())
-        partition = self.partitions[tp] = Partition(tp, partition_log, info.leader_epochs[tp.partition], self.config.broker_id)
-        return partition
+    def when_metadata(self, check: Callable[[], bool]) -> None:
+        """Run `check` after each metadata update until it returns True (now included)."""
+        if not check():
+            self._topic_waiters.append(check)
 
     # ---- dispatch ------------------------------------------------------------------------
 
@@ -153,18 +200,18 @@ class Broker:
         if handler is None:
             reply(Response(None, close_connection=True, close_reason=f"no handler for API key {request.api_key}"))
             return
+        if request.api_key in GROUP_APIS:
+            group_ids = [g.group_id for g in request.body.groups] if request.api_key == ApiKey.OFFSET_FETCH and request.api_version >= 8 else [request.body.group_id]
+            if not all(self.coordinates(g) for g in group_ids):
+                self.not_coordinator(request, reply)
+                return
         handler(request, client, reply)
 
     def respond(self, request: Request, body: Any) -> Response:
         return Response([encode_response(request.api_key, request.api_version, request.correlation_id, body)])
 
     def partition(self, topic: str, index: int) -> Partition | None:
-        tp = TopicPartition(topic, index)
-        partition = self.partitions.get(tp)
-        if partition is None and tp in self._unopened:
-            self._unopened.discard(tp)
-            partition = self._open_partition(self.topics.by_name(topic), tp)  # type: ignore[arg-type]
-        return partition
+        return self.replicas.partition(TopicPartition(topic, index))
 
     # ---- ApiVersions, Metadata -----------------------------------------------------------
 
@@ -183,23 +230,6 @@ class Broker:
         )
         reply(self.respond(request, body))
 
-    def create_topic(self, name: str, num_partitions: int, configs: dict[str, str]) -> TopicInfo:
-        info = self.topics.create(name, num_partitions, configs, self.rng)
-        self._open_partitions(info)
-        log.info("created topic %s (%s) with %d partitions", name, info.topic_id, num_partitions)
-        return info
-
-    def delete_topic(self, info: TopicInfo) -> None:
-        self.topics.delete(info.name)
-        for index in range(info.num_partitions):
-            tp = TopicPartition(info.name, index)
-            partition = self.partitions.pop(tp)
-            partition.log.close()
-            partition.wake_fetchers()
-            self.disk.rmtree(self._partition_dir(tp))
-        self.groups.forget_topic(info.name)
-        log.info("deleted topic %s", info.name)
-
     # ---- producers ----------------------------------------------------------------------
 
     def _init_producer_id(self, request: Request, client: ClientInfo, reply: Reply) -> None:
@@ -211,25 +241,91 @@ class Broker:
             return
         producer_id = getattr(body, "producer_id", -1)
         producer_epoch = getattr(body, "producer_epoch", -1)
+
+        def answer(new_id: int, new_epoch: int, error: ErrorCode = ErrorCode.none) -> None:
+            reply(self.respond(request, build(cls, throttle_time=NO_THROTTLE, error_code=error, producer_id=new_id, producer_epoch=new_epoch)))
+
         if producer_id >= 0 and 0 <= producer_epoch < 32766:
             # KIP-360: an idempotent producer recovering from an unknown outcome bumps its
             # epoch and restarts its sequences at 0.
-            new_id, new_epoch = producer_id, producer_epoch + 1
-        else:
-            new_id, new_epoch = self.producer_ids.allocate(), 0
-        reply(self.respond(request, build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, producer_id=new_id, producer_epoch=new_epoch)))
+            answer(producer_id, producer_epoch + 1)
+            return
+
+        def allocated(new_id: int | None, error: str | None) -> None:
+            if new_id is None:
+                log.info("InitProducerId: no producer id from the controller (%s)", error)
+                answer(-1, -1, ErrorCode.coordinator_not_available)
+            else:
+                answer(new_id, 0)
+
+        if not self.controller_client.registered:
+            answer(-1, -1, ErrorCode.coordinator_not_available)
+            return
+        self.producer_ids.allocate(allocated)
 
     # ---- groups: coordinator lookup and persistence ----------------------------------------
 
     def _find_coordinator(self, request: Request, client: ClientInfo, reply: Reply) -> None:
         body = request.body
-        cls = response_class(ApiKey.FIND_COORDINATOR, request.api_version)
+        version = request.api_version
+        cls = response_class(ApiKey.FIND_COORDINATOR, version)
         if getattr(body, "key_type", 0) != 0:
             reply(self.respond(request, build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.coordinator_not_available,
-                                              error_message="transactions are not supported yet", node_id=-1, host="", port=-1)))
+                                              error_message="transactions are not supported yet", node_id=-1, host="", port=-1,
+                                              coordinators=())))
             return
-        reply(self.respond(request, build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
-                                          node_id=self.config.broker_id, host=self.config.host, port=self.config.port)))
+        keys = list(body.coordinator_keys) if version >= 4 else [body.key]
+        found = [(key, *self._coordinator_for(key)) for key in keys]
+        if version >= 4:
+            coordinator_cls = payload_class(ApiKey.FIND_COORDINATOR, version, "Coordinator")
+            coordinators = tuple(build(coordinator_cls, key=key, node_id=node, host=host, port=port, error_code=error, error_message=None)
+                                 for key, error, node, host, port in found)
+            reply(self.respond(request, build(cls, throttle_time=NO_THROTTLE, coordinators=coordinators)))
+            return
+        _, error, node, host, port = found[0]
+        reply(self.respond(request, build(cls, throttle_time=NO_THROTTLE, error_code=error, error_message=None, node_id=node, host=host, port=port)))
+
+    def _coordinator_for(self, group_id: str) -> tuple[ErrorCode, int, str, int]:
+        """(error, node id, host, port) of the group's coordinator: the leader of its
+        __consumer_offsets partition. The first lookup creates the topic."""
+        offsets = self.topics.by_name(OFFSETS_TOPIC)
+        if offsets is None:
+            self._request_offsets_topic()
+            return ErrorCode.coordinator_not_available, -1, "", -1
+        state = offsets.partitions.get(partition_for_group(group_id, offsets.num_partitions))
+        leader = self.controller_client.image.brokers.get(state.leader) if state is not None and state.has_leader else None
+        if leader is None or not leader.usable:
+            return ErrorCode.coordinator_not_available, -1, "", -1
+        return ErrorCode.none, leader.broker_id, leader.host, leader.port
+
+    def _request_offsets_topic(self) -> None:
+        if self._offsets_topic_requested or not self.controller_client.registered:
+            return
+        self._offsets_topic_requested = True
+        version = 5
+        topic_cls = payload_class(ApiKey.CREATE_TOPICS, version, "CreatableTopic", EntityType.request)
+        body = build(request_class(ApiKey.CREATE_TOPICS, version), topics=(topic_cls(
+            name=OFFSETS_TOPIC, num_partitions=self.config.offsets_topic_num_partitions,
+            replication_factor=self.config.offsets_topic_replication_factor, assignments=(),
+            configs=(),),), timeout=datetime.timedelta(seconds=10), validate_only=False)
+
+        def done(result: Any) -> None:
+            if not result.ok or result.body.topics[0].error_code not in (ErrorCode.none, ErrorCode.topic_already_exists):
+                reason = result.error if not result.ok else f"{result.body.topics[0].error_code.name}: {result.body.topics[0].error_message}"
+                log.warning("cannot create %s yet (%s); will ask again", OFFSETS_TOPIC, reason)
+                self._offsets_topic_requested = False
+
+        self.controller_client.create_topics(body, version, done)
+
+    def coordinates(self, group_id: str) -> bool:
+        """Whether this broker leads the group's __consumer_offsets partition and has
+        loaded its groups."""
+        offsets = self.topics.by_name(OFFSETS_TOPIC)
+        if offsets is None:
+            return False
+        index = partition_for_group(group_id, offsets.num_partitions)
+        partition = self.partition(OFFSETS_TOPIC, index)
+        return partition is not None and partition.is_leader and index in self._coordinating
 
     def offsets_partition_for(self, group_id: str) -> Partition:
         index = partition_for_group(group_id, self.topics.by_name(OFFSETS_TOPIC).num_partitions)  # type: ignore[union-attr]
@@ -237,6 +333,9 @@ class Broker:
         assert partition is not None, f"{OFFSETS_TOPIC}-{index} is missing"
         return partition
 
+    # The coordinator writes its records as the partition's leader; replication to the
+    # followers is asynchronous (acks=1 semantics for commits), so a commit acknowledged just
+    # before the coordinator's broker dies can be lost. Kafka waits for acks=-1 here.
     def _persist_offsets(self, group_id: str, offsets: list[OffsetToCommit], now_ms: int) -> None:
         self.offsets_partition_for(group_id).append_internal(
             lambda base, epoch: offset_commit_batch(group_id, offsets, now_ms, base, epoch), now_ms
@@ -249,20 +348,49 @@ class Broker:
             now_ms,
         )
 
-    def _replay_group_state(self) -> None:
-        for tp, partition in sorted(self.partitions.items(), key=lambda item: (item[0].topic, item[0].partition)):
-            if tp.topic != OFFSETS_TOPIC:
-                continue
-            position = partition.log_start_offset
-            while position < partition.high_watermark:
-                batches = partition.read(position, 1 << 20)
-                if not batches:
-                    break
-                for batch in batches:
-                    for record in decode_batch(batch, str(tp)):
-                        if isinstance(record, OffsetRecord):
-                            if self.topics.by_name(record.topic) is not None:
-                                self.groups.restore_offset(record.group_id, record.topic, record.partition, record.committed)
-                        elif isinstance(record, GroupRecord):
-                            self.groups.restore_group(record.group_id, record.generation_id, record.protocol_type, record.protocol_name)
-                    position = parse_header(batch).next_offset
+    def _load_groups(self, index: int) -> None:
+        """This broker now leads __consumer_offsets-`index`: replay its whole log (a new leader
+        holds every committed record) into the coordinator."""
+        partition = self.partition(OFFSETS_TOPIC, index)
+        if partition is None:
+            return
+        tp = partition.tp
+        position = partition.log_start_offset
+        loaded = 0
+        while position < partition.log_end_offset:
+            batches = partition.read_for_replica(position, 1 << 20)
+            if not batches:
+                break
+            for batch in batches:
+                for record in decode_batch(batch, str(tp)):
+                    loaded += 1
+                    if isinstance(record, OffsetRecord):
+                        if self.topics.by_name(record.topic) is not None:
+                            self.groups.restore_offset(record.group_id, record.topic, record.partition, record.committed)
+                    elif isinstance(record, GroupRecord):
+                        self.groups.restore_group(record.group_id, record.generation_id, record.protocol_type, record.protocol_name)
+                position = parse_header(batch).next_offset
+        self._coordinating.add(index)
+        log.info("coordinating the groups of %s: loaded %d records", tp, loaded)
+
+    def not_coordinator(self, request: Request, reply: Reply) -> None:
+        """Answer a group request for a group this broker does not coordinate."""
+        version = request.api_version
+        error = ErrorCode.not_coordinator
+        cls = response_class(request.api_key, version)
+        body = request.body
+        if request.api_key == ApiKey.OFFSET_COMMIT:
+            topic_cls = payload_class(ApiKey.OFFSET_COMMIT, version, "OffsetCommitResponseTopic")
+            partition_cls = payload_class(ApiKey.OFFSET_COMMIT, version, "OffsetCommitResponsePartition")
+            topics = tuple(build(topic_cls, name=t.name, partitions=tuple(build(partition_cls, partition_index=p.partition_index, error_code=error)
+                                                                          for p in t.partitions)) for t in body.topics)
+            response = build(cls, throttle_time=NO_THROTTLE, topics=topics)
+        elif request.api_key == ApiKey.OFFSET_FETCH and version >= 8:
+            group_cls = payload_class(ApiKey.OFFSET_FETCH, version, "OffsetFetchResponseGroup")
+            response = build(cls, throttle_time=NO_THROTTLE, groups=tuple(build(group_cls, group_id=g.group_id, topics=(), error_code=error)
+                                                                          for g in body.groups))
+        else:
+            response = build(cls, throttle_time=NO_THROTTLE, error_code=error, generation_id=-1, protocol_type=None,
+                             protocol_name=None if version >= 7 else "", leader="", skip_assignment=False, member_id="", members=(),
+                             assignment=b"", topics=())
+        reply(self.respond(request, response))

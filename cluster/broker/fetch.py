@@ -42,9 +42,23 @@ class _FetchRead:
     partitions: list[Partition]
 
 
+DEBUG_REPLICA_ID = -2  # Kafka's id for a debugging consumer, which any replica serves
+
+
+def replica_of(request: Request) -> tuple[int, int]:
+    """(replica id, broker epoch) of a Fetch: a follower's id, or -1 for a consumer."""
+    body = request.body
+    if request.api_version >= 15:
+        state = body.replica_state
+        return (int(state.replica_id), int(state.replica_epoch)) if state is not None else (-1, -1)
+    return int(getattr(body, "replica_id", -1)), -1
+
+
 def _read(broker: Broker, request: Request) -> _FetchRead:
     body = request.body
     version = request.api_version
+    replica_id, replica_epoch = replica_of(request)
+    now_ns = broker.clock.monotonic_ns()
     by_id = version >= 13
     read_committed = body.isolation_level == READ_COMMITTED
     remaining = body.max_bytes
@@ -75,7 +89,10 @@ def _read(broker: Broker, request: Request) -> _FetchRead:
                 () if read_committed else None,
             )
             out.partitions.append(result)
-            epoch_error = partition.leader_epoch_error(getattr(p, "current_leader_epoch", -1))
+            if replica_id == DEBUG_REPLICA_ID:
+                epoch_error = None
+            else:
+                epoch_error = partition.leader_error(getattr(p, "current_leader_epoch", -1))
             if epoch_error is not None:
                 result.error_code = epoch_error.value
                 has_error = True
@@ -83,8 +100,19 @@ def _read(broker: Broker, request: Request) -> _FetchRead:
             limit = min(p.partition_max_bytes, remaining) if total else p.partition_max_bytes
             if total and limit <= 0:
                 continue
+            if replica_id >= 0:
+                diverging = partition.diverging_epoch(p.fetch_offset, getattr(p, "last_fetched_epoch", -1))
+                if diverging is not None:
+                    result.diverging_epoch = diverging
+                    has_error = True  # answer at once: the follower must truncate before it can fetch
+                    continue
+                partition.on_follower_fetch(replica_id, p.fetch_offset, replica_epoch, now_ns)
+                result.high_watermark = partition.high_watermark
             try:
-                batches = partition.read(p.fetch_offset, max(limit, 0))
+                if replica_id >= 0:
+                    batches = partition.read_for_replica(p.fetch_offset, max(limit, 0))
+                else:
+                    batches = partition.read(p.fetch_offset, max(limit, 0))
             except OffsetOutOfRangeError:
                 result.error_code = ErrorCode.offset_out_of_range.value
                 has_error = True
@@ -155,18 +183,21 @@ def handle_list_offsets(broker: Broker, request: Request, reply: Reply) -> None:
     for topic in body.topics:
         partitions = []
         for p in topic.partitions:
-            error, timestamp, offset, epoch = _list_offset(broker, topic.name, p, read_committed)
+            error, timestamp, offset, epoch = _list_offset(broker, topic.name, p, read_committed, int(getattr(body, "replica_id", -1)))
             partitions.append(build(partition_cls, partition_index=p.partition_index, error_code=error, timestamp=timestamp, offset=offset, leader_epoch=epoch))
         topics.append(build(topic_cls, name=topic.name, partitions=tuple(partitions)))
     cls = response_class(ApiKey.LIST_OFFSETS, version)
     reply(broker.respond(request, build(cls, throttle_time=_no_throttle(), topics=tuple(topics))))
 
 
-def _list_offset(broker: Broker, topic: str, p: Any, read_committed: bool) -> tuple[ErrorCode, int, int, int]:
+def _list_offset(broker: Broker, topic: str, p: Any, read_committed: bool, replica_id: int = -1) -> tuple[ErrorCode, int, int, int]:
     partition = broker.partition(topic, p.partition_index)
     if partition is None:
         return ErrorCode.unknown_topic_or_partition, -1, -1, -1
-    epoch_error = partition.leader_epoch_error(getattr(p, "current_leader_epoch", -1))
+    if replica_id == DEBUG_REPLICA_ID:
+        epoch_error = partition.leader_epoch_error(getattr(p, "current_leader_epoch", -1))
+    else:
+        epoch_error = partition.leader_error(getattr(p, "current_leader_epoch", -1))
     if epoch_error is not None:
         return epoch_error, -1, -1, -1
     epochs = partition.log.epochs
@@ -202,7 +233,8 @@ def handle_offset_for_leader_epoch(broker: Broker, request: Request, reply: Repl
             if partition is None:
                 error = ErrorCode.unknown_topic_or_partition
             else:
-                error = partition.leader_epoch_error(p.current_leader_epoch)
+                debug = int(getattr(request.body, "replica_id", -1)) == DEBUG_REPLICA_ID
+                error = partition.leader_epoch_error(p.current_leader_epoch) if debug else partition.leader_error(p.current_leader_epoch)
                 if error is None:
                     error = ErrorCode.none
                     epoch, end_offset = partition.log.epochs.end_offset_for(p.leader_epoch, partition.log_end_offset)

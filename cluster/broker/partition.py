@@ -1,21 +1,38 @@
-"""One partition replica on this broker: its log, leader epoch, high watermark, idempotent
-producer state, and the long-poll fetches waiting for it to grow.
+"""One partition replica on this broker: its log, its role (leader, follower or neither) as
+the metadata says, the high watermark, idempotent-producer state, the leader's view of its
+followers, and what waits on the partition (long-poll fetches, acks=all produces).
 
-The high watermark is kept apart from the log end offset because replication (next issue)
-will move it only when the ISR has the data; with this broker as the only replica every
-append advances it to the log end at once. It never depends on fsync, as in Kafka.
+Kafka's rules (reference/kafka-reliability.md §1.3):
+- The leader stamps batches with its leader epoch; followers copy them unchanged.
+- HWM = min log end offset over the leader and the maximal ISR (the ISR plus additions in
+  flight to the controller); never advanced while the ISR is smaller than
+  min.insync.replicas (Kafka 3.7+ strict min ISR); never moves back on the leader. A
+  follower's HWM is min(the leader's, its own log end).
+- A follower is caught up when it fetched from at least the leader's log end of its previous
+  fetch; one not caught up for replica.lag.time.max.ms leaves the ISR. One whose log end has
+  reached the HWM and the start of the leader's epoch rejoins it. ISR changes go through
+  the controller (AlterPartition), one at a time.
+- Consumers read below the HWM only (unless fetch.read.past.high.watermark, unsafe).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
 from cluster.broker.producer_state import ProducerStateTable
-from cluster.storage.batch import BatchHeader, restamp
+from cluster.metadata.image import PartitionState
+from cluster.storage.batch import BatchHeader, restamp, split_batches
 from cluster.storage.log import PartitionLog
+
+log = logging.getLogger(__name__)
+
+LEADER = "leader"
+FOLLOWER = "follower"
+NONE = "none"
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,26 +44,65 @@ class TopicPartition:
         return f"{self.topic}-{self.partition}"
 
 
+@dataclass(slots=True)
+class FollowerState:
+    """The leader's view of one follower (Kafka's Replica)."""
+
+    log_end_offset: int = -1  # unknown until it fetches in this epoch
+    last_caught_up_ns: int = 0
+    leader_end_at_last_fetch: int = -1
+    last_fetch_ns: int = 0
+    broker_epoch: int = -1
+
+
+@dataclass(slots=True)
+class PendingAck:
+    """An acks=all append waiting for the HWM to pass `required_offset`."""
+
+    required_offset: int
+    done: Callable[[ErrorCode], None]
+    settled: bool = False
+
+
+@dataclass(slots=True)
+class ReplicationSettings:
+    broker_id: int
+    min_insync_replicas: int = 1
+    replica_lag_time_max_ms: int = 30_000
+    read_past_high_watermark: bool = False
+    truncate_to_high_watermark: bool = False
+
+
 class Partition:
-    def __init__(self, tp: TopicPartition, log: PartitionLog, leader_epoch: int, broker_id: int) -> None:
+    def __init__(self, tp: TopicPartition, log: PartitionLog, settings: ReplicationSettings) -> None:
         self.tp = tp
         self.log = log
-        self.leader_epoch = leader_epoch
-        self.leader_id = broker_id
-        self.replicas = [broker_id]
-        self.isr = [broker_id]
+        self.settings = settings
+        self.broker_id = settings.broker_id
+        self.state: PartitionState | None = None
+        self.role = NONE
+        self.leader_epoch = -1
+        self.leader_id = -1
+        self.isr: tuple[int, ...] = ()
+        self.replicas: tuple[int, ...] = ()
         self.producers = ProducerStateTable()
-        self.high_watermark = log.log_end_offset
-        # Callbacks of pending long-poll fetches, called after each append.
+        # Before the metadata says otherwise, only what the log's recovery point covers is
+        # known committed; a restarted replica learns the rest from its leader.
+        self.high_watermark = min(log.recovery_point, log.log_end_offset)
+        self.followers: dict[int, FollowerState] = {}
+        self.pending_isr: tuple[int, ...] | None = None  # proposed to the controller, not yet answered
+        self.awaiting_metadata = False  # a follower told by its leader that our epoch is stale
+        self.epoch_start_offset = 0  # where our leader epoch begins (the log end when elected)
         self._append_listeners: set[Callable[[], None]] = set()
+        self._pending_acks: list[PendingAck] = []
         self._rebuild_producer_state()
-        if log.epochs.latest_epoch < leader_epoch:
-            log.epochs.assign(leader_epoch, log.log_end_offset)
 
     def _rebuild_producer_state(self) -> None:
         self.producers.clear()
         for header in self.log.batch_headers(from_offset=self.log.log_start_offset):
             self.producers.record(header)
+
+    # ---- offsets ---------------------------------------------------------------------
 
     @property
     def log_start_offset(self) -> int:
@@ -58,32 +114,249 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        # No transactions yet: nothing is open, so the LSO is the high watermark.
+        # No transactions: nothing is open, so the LSO is the high watermark.
         return self.high_watermark
+
+    @property
+    def is_leader(self) -> bool:
+        return self.role == LEADER
+
+    @property
+    def maximal_isr(self) -> tuple[int, ...]:
+        if self.pending_isr is None:
+            return self.isr
+        return tuple(sorted(set(self.isr) | set(self.pending_isr)))
+
+    # ---- roles -----------------------------------------------------------------------
+
+    def apply_state(self, state: PartitionState, now_ns: int) -> str | None:
+        """Act on the partition's state in the metadata; returns the new role if it changed
+        role or epoch ("leader"/"follower"), else None."""
+        newer_epoch = state.leader_epoch > self.leader_epoch
+        old = self.state
+        self.state = state
+        self.replicas = state.replicas
+        if state.leader == self.broker_id:
+            if self.role != LEADER or newer_epoch:
+                self._become_leader(state, now_ns)
+                return LEADER
+            if old is None or state.partition_epoch > old.partition_epoch:
+                self._set_isr(state.isr)
+            return None
+        if self.role != FOLLOWER or newer_epoch:
+            self._become_follower(state)
+            return FOLLOWER
+        return None
+
+    def _become_leader(self, state: PartitionState, now_ns: int) -> None:
+        self.role = LEADER
+        self.leader_epoch = state.leader_epoch
+        self.leader_id = self.broker_id
+        self.awaiting_metadata = False
+        self.pending_isr = None
+        self.epoch_start_offset = self.log.log_end_offset
+        if state.leader_epoch > self.log.epochs.latest_epoch:
+            self.log.epochs.assign(state.leader_epoch, self.log.log_end_offset)
+        self.followers = {r: FollowerState(last_caught_up_ns=now_ns) for r in state.replicas if r != self.broker_id}
+        self._set_isr(state.isr)
+        log.info("%s: leader in epoch %d (log end %d, HWM %d, ISR %s)", self.tp, self.leader_epoch, self.log_end_offset,
+                 self.high_watermark, list(self.isr))
+        self.maybe_advance_high_watermark()
+
+    def _become_follower(self, state: PartitionState) -> None:
+        was_leader = self.role == LEADER
+        self.role = FOLLOWER
+        self.leader_epoch = state.leader_epoch
+        self.leader_id = state.leader
+        self.isr = state.isr
+        self.followers = {}
+        self.pending_isr = None
+        self.awaiting_metadata = False
+        self._fail_pending_acks(ErrorCode.not_leader_or_follower)
+        if self.settings.truncate_to_high_watermark and self.log_end_offset > self.high_watermark:
+            # Unsafe, pre-KIP-101: whatever lies past our HWM is presumed uncommitted.
+            dropped = self.log_end_offset - self.high_watermark
+            self.truncate(self.high_watermark)
+            log.warning("%s: truncated to the high watermark %d on becoming follower (%d records dropped; "
+                        "replica.truncate.to.high.watermark)", self.tp, self.high_watermark, dropped)
+        log.info("%s: follower of %d in epoch %d (log end %d, HWM %d)%s", self.tp, state.leader, self.leader_epoch,
+                 self.log_end_offset, self.high_watermark, " (was leader)" if was_leader else "")
+        self.wake_fetchers()
+
+    def _set_isr(self, isr: tuple[int, ...]) -> None:
+        self.isr = tuple(isr)
+        if self.pending_isr is not None and set(self.pending_isr) == set(isr):
+            self.pending_isr = None
+        self.maybe_advance_high_watermark()
+        self._check_pending_acks()
+
+    def stop(self) -> None:
+        """The partition is leaving this broker (or the broker is shutting down)."""
+        self.role = NONE
+        self._fail_pending_acks(ErrorCode.not_leader_or_follower)
+        self.wake_fetchers()
+
+    # ---- the leader ------------------------------------------------------------------
 
     def append_as_leader(self, batch: bytes | memoryview, now_ms: int) -> BatchHeader:
         """Restamp `batch` at the log end with the current epoch and append it."""
         stamped = restamp(batch, self.log.log_end_offset, self.leader_epoch)
         header = self.log.append(stamped, now_ms=now_ms)
         self.producers.record(header)
-        self._advance_high_watermark()
+        self.maybe_advance_high_watermark()
+        self.wake_fetchers()
         return header
 
     def append_internal(self, build: Callable[[int, int], bytes], now_ms: int) -> BatchHeader:
         """Append a batch the broker builds itself, given (base_offset, leader_epoch)."""
         batch = build(self.log.log_end_offset, self.leader_epoch)
         header = self.log.append(batch, now_ms=now_ms)
-        self._advance_high_watermark()
+        self.maybe_advance_high_watermark()
+        self.wake_fetchers()
         return header
 
-    def _advance_high_watermark(self) -> None:
-        # Sole replica: the ISR is this broker, so everything appended is committed.
-        self.high_watermark = self.log.log_end_offset
-        self.wake_fetchers()
+    def isr_below_min(self) -> bool:
+        return len(self.isr) < min(self.settings.min_insync_replicas, max(1, len(self.replicas)))
+
+    def maybe_advance_high_watermark(self) -> None:
+        if self.role != LEADER:
+            return
+        if self.isr_below_min():
+            return  # strict min ISR: nothing commits while the ISR is too small
+        ends = [self.log_end_offset]
+        for replica in self.maximal_isr:
+            if replica == self.broker_id:
+                continue
+            follower = self.followers.get(replica)
+            if follower is None or follower.log_end_offset < 0:
+                return  # an ISR member we have not heard from in this epoch
+            ends.append(follower.log_end_offset)
+        new = min(ends)
+        if new > self.high_watermark:
+            self.high_watermark = new
+            self._check_pending_acks()
+            self.wake_fetchers()
+
+    def wait_for_commit(self, required_offset: int, done: Callable[[ErrorCode], None]) -> PendingAck:
+        """Call `done` once the HWM reaches `required_offset` (acks=all), or with the error
+        that ends the wait (leadership lost)."""
+        pending = PendingAck(required_offset, done)
+        self._pending_acks.append(pending)
+        self._check_pending_acks()
+        return pending
+
+    def cancel_wait(self, pending: PendingAck, error: ErrorCode) -> None:
+        if not pending.settled:
+            pending.settled = True
+            if pending in self._pending_acks:
+                self._pending_acks.remove(pending)
+            pending.done(error)
+
+    def _check_pending_acks(self) -> None:
+        if not self._pending_acks:
+            return
+        remaining = []
+        for pending in self._pending_acks:
+            if pending.settled:
+                continue
+            if self.role == LEADER and self.high_watermark >= pending.required_offset:
+                pending.settled = True
+                # Kafka's checkEnoughReplicasReachOffset: committed, but the ISR it committed
+                # with is below min ISR.
+                pending.done(ErrorCode.not_enough_replicas_after_append if self.isr_below_min() else ErrorCode.none)
+            else:
+                remaining.append(pending)
+        self._pending_acks = remaining
+
+    def _fail_pending_acks(self, error: ErrorCode) -> None:
+        pending, self._pending_acks = self._pending_acks, []
+        for entry in pending:
+            if not entry.settled:
+                entry.settled = True
+                entry.done(error)
+
+    def diverging_epoch(self, fetch_offset: int, last_fetched_epoch: int) -> tuple[int, int] | None:
+        """KIP-320/595: the (epoch, end offset) a follower must truncate to, if its log
+        diverges from ours at `fetch_offset`."""
+        if last_fetched_epoch < 0:
+            return None
+        epoch, end = self.log.epochs.end_offset_for(last_fetched_epoch, self.log_end_offset)
+        if epoch < last_fetched_epoch or end < fetch_offset:
+            return epoch, end
+        return None
+
+    def on_follower_fetch(self, replica: int, fetch_offset: int, broker_epoch: int, now_ns: int) -> None:
+        """A follower fetched from `fetch_offset`: that is its log end offset."""
+        follower = self.followers.get(replica)
+        if follower is None:
+            return
+        leader_end = self.log_end_offset
+        if fetch_offset >= leader_end:
+            follower.last_caught_up_ns = now_ns
+        elif fetch_offset >= follower.leader_end_at_last_fetch >= 0:
+            follower.last_caught_up_ns = follower.last_fetch_ns
+        follower.leader_end_at_last_fetch = leader_end
+        follower.last_fetch_ns = now_ns
+        follower.log_end_offset = min(fetch_offset, leader_end)
+        follower.broker_epoch = broker_epoch
+        self.maybe_advance_high_watermark()
+
+    def expandable_followers(self) -> list[int]:
+        """Followers outside the ISR that may rejoin: log end at or past the HWM and the start
+        of our epoch (KAFKA-7128)."""
+        start = self.epoch_start_offset
+        out = []
+        for replica, follower in sorted(self.followers.items()):
+            if replica in self.maximal_isr:
+                continue
+            if follower.log_end_offset >= 0 and follower.log_end_offset >= self.high_watermark and follower.log_end_offset >= start:
+                out.append(replica)
+        return out
+
+    def lagging_followers(self, now_ns: int) -> list[int]:
+        lag_ns = self.settings.replica_lag_time_max_ms * 1_000_000
+        return [r for r in self.isr if r != self.broker_id and r in self.followers and now_ns - self.followers[r].last_caught_up_ns > lag_ns]
+
+    # ---- the follower ----------------------------------------------------------------
+
+    def append_as_follower(self, records: bytes | memoryview, now_ms: int) -> int:
+        """Append the leader's batches unchanged (offsets and epochs kept); returns how many
+        batches were appended."""
+        count = 0
+        for header, batch in split_batches(records):
+            if header.base_offset < self.log_end_offset:
+                continue  # already have it (a retried fetch)
+            appended = self.log.append(batch, now_ms=now_ms)
+            self.producers.record(appended)
+            count += 1
+        if count:
+            self.wake_fetchers()
+        return count
+
+    def update_follower_high_watermark(self, leader_high_watermark: int) -> None:
+        new = min(leader_high_watermark, self.log_end_offset)
+        if new > self.high_watermark:
+            self.high_watermark = new
+            self.wake_fetchers()
+        elif new < self.high_watermark and self.role == FOLLOWER:
+            # Our log was truncated below what we thought committed (unsafe switches or an
+            # unclean election): our HWM follows the log down.
+            self.high_watermark = new
+
+    def truncate(self, offset: int) -> None:
+        """Truncate the log to the last batch boundary at or below `offset`."""
+        target = self.log.batch_boundary_at_or_below(max(offset, self.log_start_offset))
+        if target < self.log_end_offset:
+            self.log.truncate_to(target)
+            self._rebuild_producer_state()
+        if self.high_watermark > self.log_end_offset:
+            self.high_watermark = self.log_end_offset
+
+    # ---- waiting readers -------------------------------------------------------------
 
     def wake_fetchers(self) -> None:
-        """Let every pending long-poll fetch on this partition re-check (after an append,
-        or when the partition goes away)."""
+        """Let every pending long-poll fetch on this partition re-check (after an append, an
+        HWM change, or when the partition changes role or goes away)."""
         for listener in list(self._append_listeners):
             listener()
 
@@ -94,7 +367,12 @@ class Partition:
         self._append_listeners.discard(listener)
 
     def read(self, fetch_offset: int, max_bytes: int) -> list[bytes | memoryview]:
-        return self.log.read(fetch_offset, max_bytes, max_offset=self.high_watermark)
+        """What a consumer may read: below the HWM."""
+        limit = None if self.settings.read_past_high_watermark else self.high_watermark
+        return self.log.read(fetch_offset, max_bytes, max_offset=limit)
+
+    def read_for_replica(self, fetch_offset: int, max_bytes: int) -> list[bytes | memoryview]:
+        return self.log.read(fetch_offset, max_bytes)
 
     def leader_epoch_error(self, current_leader_epoch: int) -> ErrorCode | None:
         """KIP-320: a client behind our epoch is fenced; one ahead of it knows of a leader
@@ -102,3 +380,9 @@ class Partition:
         if current_leader_epoch == -1 or current_leader_epoch == self.leader_epoch:
             return None
         return ErrorCode.fenced_leader_epoch if current_leader_epoch < self.leader_epoch else ErrorCode.unknown_leader_epoch
+
+    def leader_error(self, current_leader_epoch: int = -1) -> ErrorCode | None:
+        """Why this replica cannot serve a leader-only request, or None."""
+        if self.role != LEADER:
+            return ErrorCode.not_leader_or_follower
+        return self.leader_epoch_error(current_leader_epoch)

@@ -1,8 +1,12 @@
 """Produce: validate each partition's batch (framing, CRC, size), run the idempotent
 producer's sequence checks, restamp and append, then answer (or not, for acks=0).
 
-With one replica, acks=1 and acks=all are both answered right after the local append;
-replication will park acks=all until the high watermark passes the batch.
+acks=0/1 are answered after the local append. acks=all (-1) is refused before the append
+with NOT_ENOUGH_REPLICAS when the ISR is below min.insync.replicas, and otherwise parked
+until the high watermark passes the batch: then it succeeds (or gets
+NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR fell below min ISR meanwhile), or fails with
+REQUEST_TIMED_OUT after the request's timeout, or NOT_LEADER_OR_FOLLOWER if leadership moves.
+The response goes out once every partition in the request is decided.
 """
 
 from __future__ import annotations
@@ -12,7 +16,8 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from cluster.broker.env import Reply, Response
+from cluster.broker.env import Reply, Response, TimerHandle
+from cluster.broker.partition import Partition
 from cluster.broker.producer_state import Duplicate, Reject
 from cluster.protocol.codec import Request
 from cluster.protocol.produce_response import ProducePartitionResult, ProduceTopicResult, encode_produce_response
@@ -28,58 +33,110 @@ VALID_ACKS = (0, 1, -1)
 def handle_produce(broker: Broker, request: Request, reply: Reply) -> None:
     body = request.body
     now_ms = broker.clock.wall_ms()
-    results: list[ProduceTopicResult] = []
+    results: list[list[ProducePartitionResult]] = []
+    waits: list[tuple[int, int, Partition, int]] = []  # (topic index, partition index, partition, required offset)
     for topic in body.topic_data:
-        partitions = []
+        partitions: list[ProducePartitionResult] = []
         for data in topic.partition_data:
             if body.acks not in VALID_ACKS:
                 partitions.append(ProducePartitionResult(data.index, ErrorCode.invalid_required_acks.value, error_message=f"acks={body.acks} is not 0, 1 or -1"))
             elif body.transactional_id is not None:
                 partitions.append(ProducePartitionResult(data.index, ErrorCode.invalid_request.value, error_message="transactions are not supported yet"))
             else:
-                partitions.append(_produce_partition(broker, topic.name, data.index, data.records, now_ms))
-        results.append(ProduceTopicResult(topic.name, tuple(partitions)))
+                result, partition, required = _produce_partition(broker, topic.name, data.index, data.records, now_ms, body.acks)
+                partitions.append(result)
+                if partition is not None:
+                    waits.append((len(results), len(partitions) - 1, partition, required))
+        results.append(partitions)
 
-    probability = broker.config.test_drop_produce_response_probability
-    if probability > 0.0 and broker.rng.random() < probability:
-        reply(Response(None, close_connection=True, close_reason="test.drop.produce.response.probability fault: produce appended, response dropped"))
+    def answer() -> None:
+        probability = broker.config.test_drop_produce_response_probability
+        if probability > 0.0 and broker.rng.random() < probability:
+            reply(Response(None, close_connection=True, close_reason="test.drop.produce.response.probability fault: produce appended, response dropped"))
+            return
+        if body.acks == 0:
+            reply(Response(None))
+            return
+        topics = [ProduceTopicResult(t.name, tuple(r)) for t, r in zip(body.topic_data, results)]
+        reply(Response([encode_produce_response(request.api_version, request.correlation_id, topics)]))
+
+    if not waits:
+        answer()
         return
-    if body.acks == 0:
-        reply(Response(None))
-        return
-    reply(Response([encode_produce_response(request.api_version, request.correlation_id, results)]))
+    outstanding = [len(waits)]
+    timeout_ms = body.timeout.total_seconds() * 1000 if hasattr(body.timeout, "total_seconds") else float(body.timeout)
+    pendings = []
+    timer: list[TimerHandle] = []
+
+    def settle(topic_index: int, partition_index: int, error: ErrorCode) -> None:
+        if error != ErrorCode.none:
+            old = results[topic_index][partition_index]
+            results[topic_index][partition_index] = ProducePartitionResult(old.index, error.value, -1, -1, old.log_start_offset)
+        outstanding[0] -= 1
+        if outstanding[0] == 0:
+            for handle in timer:
+                handle.cancel()
+            answer()
+
+    for topic_index, partition_index, partition, required in waits:
+        pendings.append((partition, partition.wait_for_commit(required, lambda e, t=topic_index, i=partition_index: settle(t, i, e))))
+    if outstanding[0] > 0:
+        def expire() -> None:
+            for partition, pending in pendings:
+                partition.cancel_wait(pending, ErrorCode.request_timed_out)
+
+        timer.append(broker.scheduler.call_later(max(timeout_ms, 0.0), expire))
 
 
-def _produce_partition(broker: Broker, topic: str, index: int, records: bytes | None, now_ms: int) -> ProducePartitionResult:
+def _produce_partition(broker: Broker, topic: str, index: int, records: bytes | None, now_ms: int,
+                       acks: int) -> tuple[ProducePartitionResult, Partition | None, int]:
+    """The partition's result, and (for acks=all after an append) the partition and offset
+    the answer must wait for."""
     partition = broker.partition(topic, index)
     if partition is None:
-        return ProducePartitionResult(index, ErrorCode.unknown_topic_or_partition.value)
+        return ProducePartitionResult(index, ErrorCode.unknown_topic_or_partition.value), None, 0
     if partition.tp.topic.startswith("__"):
-        return ProducePartitionResult(index, ErrorCode.invalid_topic_exception.value, error_message=f"{topic} is an internal topic")
+        return ProducePartitionResult(index, ErrorCode.invalid_topic_exception.value, error_message=f"{topic} is an internal topic"), None, 0
+    not_leader = partition.leader_error()
+    if not_leader is not None:
+        return ProducePartitionResult(index, not_leader.value), None, 0
+    result, required = _append(broker, partition, topic, index, records, now_ms, acks)
+    if acks == -1 and result.error_code == ErrorCode.none.value and required > 0:
+        return result, partition, required
+    return result, None, 0
+
+
+def _append(broker: Broker, partition: Partition, topic: str, index: int, records: bytes | None, now_ms: int,
+            acks: int) -> tuple[ProducePartitionResult, int]:
+    """Validate and append; the result, and the offset the batch ends at (0: nothing to wait for)."""
     if not records:
-        return ProducePartitionResult(index, ErrorCode.corrupt_message.value, error_message="produce request carries no record batch")
+        return ProducePartitionResult(index, ErrorCode.corrupt_message.value, error_message="produce request carries no record batch"), 0
     if len(records) > broker.config.message_max_bytes:
         return ProducePartitionResult(
             index, ErrorCode.message_too_large.value, error_message=f"{len(records)} bytes exceed message.max.bytes={broker.config.message_max_bytes}"
-        )
+        ), 0
     try:
         batches = split_batches(records)
     except InvalidBatchError as error:
         log.info("produce to %s-%d rejected: %s", topic, index, error)
-        return ProducePartitionResult(index, ErrorCode.corrupt_message.value, error_message=str(error))
+        return ProducePartitionResult(index, ErrorCode.corrupt_message.value, error_message=str(error)), 0
     if len(batches) != 1:
         # Kafka requires exactly one batch per partition from Produce v3 on.
-        return ProducePartitionResult(index, ErrorCode.invalid_record.value, error_message=f"{len(batches)} record batches; exactly one is allowed")
+        return ProducePartitionResult(index, ErrorCode.invalid_record.value, error_message=f"{len(batches)} record batches; exactly one is allowed"), 0
     header, batch = batches[0]
     verdict = partition.producers.check(header)
     if isinstance(verdict, Duplicate):
-        return ProducePartitionResult(index, ErrorCode.none.value, verdict.base_offset, -1, partition.log_start_offset)
+        # A retry of a batch we have: it is acknowledged once it is committed.
+        return ProducePartitionResult(index, ErrorCode.none.value, verdict.base_offset, -1, partition.log_start_offset), verdict.base_offset + header.record_count
+    if acks == -1 and partition.isr_below_min():
+        return ProducePartitionResult(index, ErrorCode.not_enough_replicas.value, -1, -1, partition.log_start_offset,
+                                      error_message=f"ISR {list(partition.isr)} is smaller than min.insync.replicas={partition.settings.min_insync_replicas}"), 0
     if isinstance(verdict, Reject):
         log.info("produce to %s-%d rejected: %s", topic, index, verdict.message)
-        return ProducePartitionResult(index, verdict.error.value, -1, -1, partition.log_start_offset, error_message=verdict.message)
+        return ProducePartitionResult(index, verdict.error.value, -1, -1, partition.log_start_offset, error_message=verdict.message), 0
     try:
         appended = partition.append_as_leader(batch, now_ms)
     except OSError as error:
         log.error("append to %s-%d failed: %s", topic, index, error)
-        return ProducePartitionResult(index, ErrorCode.kafka_storage_error.value, error_message=str(error))
-    return ProducePartitionResult(index, ErrorCode.none.value, appended.base_offset, -1, partition.log_start_offset)
+        return ProducePartitionResult(index, ErrorCode.kafka_storage_error.value, error_message=str(error)), 0
+    return ProducePartitionResult(index, ErrorCode.none.value, appended.base_offset, -1, partition.log_start_offset), appended.next_offset

@@ -1,36 +1,40 @@
-"""Producer id allocation, unique across restarts: ids are reserved in blocks and the end of
-the reserved block is persisted before any id from it is handed out, so a crash can skip
-ids but never repeat one."""
+"""Producer id allocation from blocks the controller hands out (KIP-730): ids are unique
+across brokers and across restarts of any of them, because the controller records each
+block durably before giving it out. A broker takes a new block when its current one is used
+up; requests that arrive meanwhile wait for it."""
 
 from __future__ import annotations
 
-from cluster.storage.disk import Disk
+from collections.abc import Callable
 
-BLOCK_FILE = "producer-id-block"
+from cluster.broker.controller_client import ControllerClient, ProducerIdBlock
 
 
 class ProducerIdAllocator:
-    def __init__(self, disk: Disk, data_dir: str, block_size: int) -> None:
-        if block_size < 1:
-            raise ValueError(f"producer id block size must be >= 1, got {block_size}")
-        self._disk = disk
-        self._path = f"{data_dir}/{BLOCK_FILE}"
-        self._block_size = block_size
+    def __init__(self, controller: ControllerClient) -> None:
+        self._controller = controller
         self._next = 0
-        self._reserved_end = 0
+        self._end = 0
+        self._waiting: list[Callable[[int | None, str | None], None]] = []
 
-    def load(self) -> None:
-        if self._disk.exists(self._path):
-            raw = self._disk.read_all(self._path).decode().strip()
-            try:
-                self._next = self._reserved_end = int(raw)
-            except ValueError:
-                raise ValueError(f"{self._path}: corrupt producer id block {raw!r}") from None
+    def allocate(self, done: Callable[[int | None, str | None], None]) -> None:
+        """Call `done(producer_id, None)`, now or once a block arrives; `done(None, reason)`
+        if the controller cannot be asked."""
+        if self._next < self._end and not self._waiting:
+            producer_id = self._next
+            self._next += 1
+            done(producer_id, None)
+            return
+        self._waiting.append(done)
+        if len(self._waiting) == 1:
+            self._controller.allocate_producer_ids(self._on_block)
 
-    def allocate(self) -> int:
-        if self._next >= self._reserved_end:
-            self._reserved_end = self._next + self._block_size
-            self._disk.write_atomic(self._path, str(self._reserved_end).encode())
-        producer_id = self._next
-        self._next += 1
-        return producer_id
+    def _on_block(self, block: ProducerIdBlock | None, error: str | None) -> None:
+        waiting, self._waiting = self._waiting, []
+        if block is None:
+            for done in waiting:
+                done(None, error or "no producer id block")
+            return
+        self._next, self._end = block.first_id, block.first_id + block.count
+        for done in waiting:
+            self.allocate(done)

@@ -1,5 +1,7 @@
-"""Topic administration on the wire: Metadata (with auto-creation), CreateTopics and
-DeleteTopics, for every offered version."""
+"""Topic administration on the wire, answered from the broker's metadata image: Metadata
+(with auto-creation), and CreateTopics and DeleteTopics, which only the controller decides:
+they are forwarded to it, and answered once this broker's own image shows the outcome (so a
+client that creates a topic and then asks for its metadata finds it)."""
 
 from __future__ import annotations
 
@@ -7,13 +9,13 @@ import datetime
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from kio.index import EntityType
 from kio.schema.errors import ErrorCode
 
-from cluster.broker.env import Reply
-from cluster.broker.topics import OFFSETS_TOPIC, InvalidTopicError, check_topic_name
-from cluster.protocol.codec import Request, build, payload_class, response_class
+from cluster.broker.env import Reply, Response
+from cluster.broker.topics import InvalidTopicError, check_topic_name
+from cluster.protocol.codec import Request, build, payload_class, request_class, response_class
 from cluster.protocol.versions import ApiKey
-from cluster.storage.config import LogConfig
 
 if TYPE_CHECKING:
     from cluster.broker.broker import Broker
@@ -30,6 +32,7 @@ MAX_PARTITIONS_PER_TOPIC = 10_000
 def handle_metadata(broker: Broker, request: Request, reply: Reply) -> None:
     version = request.api_version
     body = request.body
+    image = broker.controller_client.image
     cls = response_class(ApiKey.METADATA, version)
     broker_cls = payload_class(ApiKey.METADATA, version, "MetadataResponseBroker")
     topic_cls = payload_class(ApiKey.METADATA, version, "MetadataResponseTopic")
@@ -59,35 +62,41 @@ def handle_metadata(broker: Broker, request: Request, reply: Reply) -> None:
             error = ErrorCode.unknown_topic_or_partition
             try:
                 check_topic_name(name)
-                if allow_auto_create and name != OFFSETS_TOPIC:
-                    info = broker.create_topic(name, broker.config.num_partitions, {})
-                    error = ErrorCode.none
+                if allow_auto_create and not name.startswith("__") and broker.controller_client.registered:
+                    _auto_create(broker, name)
+                    error = ErrorCode.leader_not_available  # retriable: the client asks again
             except InvalidTopicError:
                 error = ErrorCode.invalid_topic_exception
-            if info is None:
-                topics.append(build(topic_cls, error_code=error, name=name, topic_id=_ZERO_UUID, is_internal=False,
-                                    partitions=(), topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
-                continue
-        partitions = tuple(
-            build(
+            topics.append(build(topic_cls, error_code=error, name=name, topic_id=_ZERO_UUID, is_internal=False,
+                                partitions=(), topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
+            continue
+        partitions = []
+        for index, state in sorted(info.partitions.items()):
+            offline = tuple(b for b in state.replicas if b not in image.brokers or image.brokers[b].fenced)
+            partitions.append(build(
                 partition_cls,
-                error_code=ErrorCode.none,
+                error_code=ErrorCode.none if state.has_leader else ErrorCode.leader_not_available,
                 partition_index=index,
-                leader_id=broker.config.broker_id,
-                leader_epoch=epoch,
-                replica_nodes=(broker.config.broker_id,),
-                isr_nodes=(broker.config.broker_id,),
-                offline_replicas=(),
-            )
-            for index, epoch in enumerate(info.leader_epochs)
-        )
+                leader_id=state.leader,
+                leader_epoch=state.leader_epoch,
+                replica_nodes=state.replicas,
+                isr_nodes=state.isr,
+                offline_replicas=offline,
+            ))
         topics.append(build(topic_cls, error_code=ErrorCode.none, name=info.name, topic_id=info.topic_id, is_internal=info.is_internal,
-                            partitions=partitions, topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
+                            partitions=tuple(partitions), topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
+    listed = [(b.broker_id, b.host, b.port) for b in image.usable_brokers()]
+    if all(node != broker.config.broker_id for node, _, _ in listed):
+        # Always list ourselves: the client reached us and may bootstrap from our answer.
+        listed.append((broker.config.broker_id, broker.config.host, broker.config.port))
+    broker_entries = [build(broker_cls, node_id=node, host=host, port=port, rack=None) for node, host, port in sorted(listed)]
     response = build(
         cls,
         throttle_time=NO_THROTTLE,
-        brokers=(build(broker_cls, node_id=broker.config.broker_id, host=broker.config.host, port=broker.config.port, rack=None),),
+        brokers=tuple(broker_entries),
         cluster_id=broker.config.cluster_id,
+        # As a KRaft broker does, name a broker as the "controller" clients send admin
+        # requests to: itself; it forwards them to the real controller.
         controller_id=broker.config.broker_id,
         topics=tuple(topics),
         cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
@@ -96,61 +105,82 @@ def handle_metadata(broker: Broker, request: Request, reply: Reply) -> None:
     reply(broker.respond(request, response))
 
 
+def _auto_create(broker: Broker, name: str) -> None:
+    version = 5
+    topic_cls = payload_class(ApiKey.CREATE_TOPICS, version, "CreatableTopic", EntityType.request)
+    body = build(request_class(ApiKey.CREATE_TOPICS, version), topics=(topic_cls(name=name, num_partitions=broker.config.num_partitions,
+                 replication_factor=broker.config.default_replication_factor, assignments=(), configs=()),),
+                 timeout=datetime.timedelta(seconds=10), validate_only=False)
+    broker.controller_client.create_topics(body, version, lambda result: None)
+
+
 def handle_create_topics(broker: Broker, request: Request, reply: Reply) -> None:
+    _forward(broker, request, reply, broker.controller_client.create_topics, _created_names)
+
+
+def _created_names(body: Any) -> list[tuple[str, bool]]:
+    """(topic name, created) per result of a CreateTopics answer."""
+    return [(t.name, t.error_code == ErrorCode.none) for t in body.topics]
+
+
+def _deleted_names(body: Any) -> list[tuple[str, bool]]:
+    return [(t.name, t.error_code == ErrorCode.none) for t in body.responses]
+
+
+def _forward(broker: Broker, request: Request, reply: Reply, send: Any, outcome: Any) -> None:
+    """Send the client's request to the controller, and answer the client with the
+    controller's answer once our image reflects it (or the request's timeout passes)."""
     version = request.api_version
-    result_cls = payload_class(ApiKey.CREATE_TOPICS, version, "CreatableTopicResult")
-    results = []
-    for topic in request.body.topics:
-        error, message, partitions = _validate_new_topic(broker, topic)
-        if error is ErrorCode.none and not request.body.validate_only:
-            broker.create_topic(topic.name, partitions, {c.name: c.value for c in topic.configs if c.value is not None})
-        results.append(build(result_cls, name=topic.name, error_code=error, error_message=message,
-                             topic_config_error_code=ErrorCode.none, num_partitions=partitions if error is ErrorCode.none else -1,
-                             replication_factor=1 if error is ErrorCode.none else -1, configs=None))
-    reply(broker.respond(request, build(response_class(ApiKey.CREATE_TOPICS, version), throttle_time=NO_THROTTLE, topics=tuple(results))))
+    timeout_ms = request.body.timeout.total_seconds() * 1000 if hasattr(request.body.timeout, "total_seconds") else float(request.body.timeout)
+    creating = request.api_key == ApiKey.CREATE_TOPICS
+    validate_only = getattr(request.body, "validate_only", False)
+    answered = [False]
+
+    def finish(response: Response) -> None:
+        if not answered[0]:
+            answered[0] = True
+            reply(response)
+
+    def done(result: Any) -> None:
+        if not result.ok:
+            finish(_all_failed(broker, request, ErrorCode.request_timed_out if "timed out" in (result.error or "") else ErrorCode.not_controller,
+                               result.error))
+            return
+        response = broker.respond(request, result.body)
+        changed = [name for name, ok in outcome(result.body) if ok]
+        if validate_only or not changed:
+            finish(response)
+            return
+
+        def visible() -> bool:
+            if answered[0]:
+                return True
+            present = [broker.topics.by_name(name) is not None for name in changed]
+            if all(present) if creating else not any(present):
+                finish(response)
+                return True
+            return False
+
+        broker.when_metadata(visible)
+        broker.scheduler.call_later(max(timeout_ms, 0.0), lambda: finish(response))
+
+    if not broker.controller_client.registered:
+        finish(_all_failed(broker, request, ErrorCode.not_controller, "this broker has not reached the controller yet"))
+        return
+    send(request.body, version, done)
 
 
-def _validate_new_topic(broker: Broker, topic: Any) -> tuple[ErrorCode, str | None, int]:
-    try:
-        check_topic_name(topic.name)
-    except InvalidTopicError as error:
-        return ErrorCode.invalid_topic_exception, str(error), -1
-    if broker.topics.by_name(topic.name) is not None:
-        return ErrorCode.topic_already_exists, f"topic {topic.name!r} already exists", -1
-    if topic.assignments:
-        brokers = {b for a in topic.assignments for b in a.broker_ids}
-        if brokers != {broker.config.broker_id}:
-            return ErrorCode.invalid_replica_assignment, f"replica assignment names brokers {sorted(brokers)}; only {broker.config.broker_id} exists", -1
-        partitions = len(topic.assignments)
-    else:
-        partitions = broker.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
-    if partitions < 1:
-        return ErrorCode.invalid_partitions, f"number of partitions must be >= 1, got {partitions}", -1
-    if partitions > MAX_PARTITIONS_PER_TOPIC:
-        return ErrorCode.invalid_partitions, f"{partitions} partitions exceed this broker's limit of {MAX_PARTITIONS_PER_TOPIC} per topic", -1
-    replication = broker.config.default_replication_factor if topic.replication_factor == -1 else topic.replication_factor
-    if replication != 1 and not topic.assignments:
-        return ErrorCode.invalid_replication_factor, f"replication factor {replication} exceeds the 1 available broker", -1
-    configs = {c.name: c.value for c in topic.configs if c.value is not None}
-    try:
-        LogConfig.from_properties({**broker.config.properties, **configs})
-    except ValueError as error:
-        return ErrorCode.invalid_config, str(error), -1
-    return ErrorCode.none, None, partitions
+def _all_failed(broker: Broker, request: Request, error: ErrorCode, message: str | None) -> Response:
+    version = request.api_version
+    if request.api_key == ApiKey.CREATE_TOPICS:
+        result_cls = payload_class(ApiKey.CREATE_TOPICS, version, "CreatableTopicResult")
+        results = tuple(build(result_cls, name=t.name, error_code=error, error_message=message, topic_config_error_code=ErrorCode.none,
+                              num_partitions=-1, replication_factor=-1, configs=None) for t in request.body.topics)
+        return broker.respond(request, build(response_class(ApiKey.CREATE_TOPICS, version), throttle_time=NO_THROTTLE, topics=results))
+    result_cls = payload_class(ApiKey.DELETE_TOPICS, version, "DeletableTopicResult")
+    results = tuple(build(result_cls, name=name, error_code=error) for name in request.body.topic_names)
+    return broker.respond(request, build(response_class(ApiKey.DELETE_TOPICS, version), throttle_time=NO_THROTTLE, responses=results))
 
 
 def handle_delete_topics(broker: Broker, request: Request, reply: Reply) -> None:
-    version = request.api_version
-    result_cls = payload_class(ApiKey.DELETE_TOPICS, version, "DeletableTopicResult")
-    results = []
-    for name in request.body.topic_names:
-        info = broker.topics.by_name(name)
-        if info is None:
-            error = ErrorCode.unknown_topic_or_partition
-        elif info.is_internal:
-            error = ErrorCode.topic_deletion_disabled
-        else:
-            broker.delete_topic(info)
-            error = ErrorCode.none
-        results.append(build(result_cls, name=name, error_code=error))
-    reply(broker.respond(request, build(response_class(ApiKey.DELETE_TOPICS, version), throttle_time=NO_THROTTLE, responses=tuple(results))))
+    _forward(broker, request, reply, broker.controller_client.delete_topics, _deleted_names)

@@ -67,6 +67,10 @@ class TopicImage:
     def num_partitions(self) -> int:
         return len(self.partitions)
 
+    @property
+    def is_internal(self) -> bool:
+        return self.name.startswith("__")
+
 
 @dataclass(slots=True)
 class MetadataDelta:

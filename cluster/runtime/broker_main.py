@@ -1,9 +1,16 @@
 """The broker process: `python -m cluster.runtime.broker_main --broker-id 0 --host 127.0.0.10
 --port 9092 --data-dir D [--config k=v ...]`.
 
-Loads and recovers the data directory, listens, and writes a ready file (JSON with host,
-port, pid) once it accepts connections, so a launcher can use `--port 0`. SIGTERM and
-SIGINT shut down cleanly: stop listening, flush and close every log, exit 0.
+Listens, registers with the controller named by controller.quorum.voters, follows the
+metadata log (opening and recovering its partitions as the metadata names them), and writes
+a ready file (JSON with host, port, pid) once the controller has unfenced it, so a launcher
+can use `--port 0` and knows the broker is usable. Without controller.quorum.voters the
+process runs its own controller too (KRaft's combined mode), on a second port of the same
+address, with its metadata log under DATA_DIR/controller.
+
+SIGTERM and SIGINT shut down cleanly: a controlled shutdown first (the controller moves
+this broker's leaderships away; bounded by CONTROLLED_SHUTDOWN_TIMEOUT_S), then stop
+listening, flush and close every log, exit 0.
 """
 
 from __future__ import annotations
@@ -27,13 +34,17 @@ import random
 import signal
 
 from cluster.broker.broker import Broker
+from cluster.broker.env import Endpoint
 from cluster.config import BrokerConfig, parse_assignments
 from cluster.runtime.adapters import AsyncioScheduler, SystemClock
 from cluster.runtime.connection import BrokerConnection
+from cluster.runtime.outbound import AsyncioOutbound
 from cluster.storage.disk import OsDisk
 
 log = logging.getLogger("cluster.runtime.broker_main")
 EXIT_BAD_ARGUMENTS = 254
+CONTROLLED_SHUTDOWN_TIMEOUT_S = 10.0
+READY_POLL_S = 0.02
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -64,14 +75,36 @@ def _write_ready_file(path: str, host: str, port: int) -> None:
     os.replace(tmp, path)
 
 
+async def _combined_controller(config: BrokerConfig, loop: asyncio.AbstractEventLoop, seed: int) -> tuple[object, object, Endpoint]:
+    """Combined mode: the controller core in this process, on its own port."""
+    from cluster.controller.config import ControllerConfig
+    from cluster.controller.core import Controller
+
+    controller: Controller | None = None
+    server = await loop.create_server(lambda: BrokerConnection(controller), config.host, 0, reuse_address=True, start_serving=False)
+    port = server.sockets[0].getsockname()[1]
+    controller_config = ControllerConfig.from_properties(config.broker_id, config.host, port, os.path.join(config.data_dir, "controller"),
+                                                         dict(config.properties))
+    controller = Controller(controller_config, OsDisk(), SystemClock(), AsyncioScheduler(loop), random.Random(seed ^ 0x5EED))
+    controller.start()
+    await server.start_serving()
+    log.info("combined mode: controller %d on %s:%d", config.broker_id, config.host, port)
+    return controller, server, Endpoint(config.broker_id, config.host, port)
+
+
 async def serve(config: BrokerConfig, seed: int, ready_file: str | None) -> None:
     loop = asyncio.get_running_loop()
     broker: Broker | None = None
     # Bind first (not yet serving) so that with --port 0 the broker advertises the real port.
     server = await loop.create_server(lambda: BrokerConnection(broker), config.host, config.port, reuse_address=True, start_serving=False)  # type: ignore[arg-type]
     config = dataclasses.replace(config, port=server.sockets[0].getsockname()[1])
+    controller = controller_server = None
+    controller_endpoint = None
+    if config.controller_endpoint() is None:
+        controller, controller_server, controller_endpoint = await _combined_controller(config, loop, seed)
     disk = OsDisk(lose_unflushed_on_crash=config.log_crash_lose_unflushed)
-    broker = Broker(config, disk, SystemClock(), AsyncioScheduler(loop), random.Random(seed))
+    outbound = AsyncioOutbound(loop, config.host, f"broker-{config.broker_id}")
+    broker = Broker(config, disk, SystemClock(), AsyncioScheduler(loop), random.Random(seed), outbound, controller_endpoint)
     broker.start()
     await server.start_serving()
     port = config.port
@@ -79,12 +112,27 @@ async def serve(config: BrokerConfig, seed: int, ready_file: str | None) -> None
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     log.info("broker %d listening on %s:%d (data dir %s, seed %d)", config.broker_id, config.host, port, config.data_dir, seed)
-    if ready_file:
+    while not broker.ready and not stop.is_set():
+        await asyncio.sleep(READY_POLL_S)
+    if ready_file and not stop.is_set():
+        log.info("broker %d is registered and unfenced: ready", config.broker_id)
         _write_ready_file(ready_file, config.host, port)
     await stop.wait()
     log.info("broker %d: shutdown requested", config.broker_id)
+    if broker.controller_client.registered and controller is None:
+        moved = asyncio.Event()
+        broker.begin_controlled_shutdown(moved.set)
+        try:
+            await asyncio.wait_for(moved.wait(), CONTROLLED_SHUTDOWN_TIMEOUT_S)
+            log.info("broker %d: controlled shutdown done: leadership moved away", config.broker_id)
+        except asyncio.TimeoutError:
+            log.warning("broker %d: controlled shutdown not confirmed within %.0f s; stopping anyway", config.broker_id, CONTROLLED_SHUTDOWN_TIMEOUT_S)
     server.close()
     broker.shutdown()
+    outbound.close_all()
+    if controller is not None:
+        controller_server.close()  # type: ignore[attr-defined]
+        controller.shutdown()  # type: ignore[attr-defined]
     disk.close()
 
 

@@ -1,5 +1,6 @@
 """One client connection: an asyncio Protocol that splits frames, decodes them, hands them to
-the broker core one at a time, and writes the answers in request order.
+the node's core (a broker or the controller) one at a time, and writes the answers in
+request order.
 
 Kafka mutes a channel while a request is in flight; here the next frame is dispatched only
 once the previous one has been answered (possibly later, for a long-poll Fetch), so
@@ -15,7 +16,8 @@ import itertools
 import logging
 from collections import deque
 
-from cluster.broker.broker import Broker
+from typing import Any
+
 from cluster.broker.env import ClientInfo, Response
 from cluster.protocol.codec import RequestError, UnsupportedVersionError, decode_request, unsupported_api_versions_response
 from cluster.protocol.frames import FrameError, FrameSplitter
@@ -28,8 +30,11 @@ MAX_QUEUED_FRAMES = 1000
 
 
 class BrokerConnection(asyncio.Protocol):
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Any) -> None:
+        # Any node core with `handle(request, client, reply)`, a `config` with
+        # socket_request_max_bytes, and optionally `versions` (its API version table).
         self._broker = broker
+        self._versions = getattr(broker, "versions", None)
         self._splitter = FrameSplitter(broker.config.socket_request_max_bytes)
         self._queue: deque[bytes] = deque()
         self._out: list[bytes | memoryview] = []
@@ -92,7 +97,7 @@ class BrokerConnection(asyncio.Protocol):
 
     def _dispatch(self, frame: bytes) -> None:
         try:
-            request = decode_request(frame)
+            request = decode_request(frame, self._versions)
         except UnsupportedVersionError as error:
             if error.api_key == ApiKey.API_VERSIONS:
                 # Kafka answers an unknown ApiVersions version with a v0 body and error 35,

@@ -473,6 +473,17 @@ class PartitionLog:
 
     # ---- truncation, retention, deletion ----------------------------------------------
 
+    def batch_boundary_at_or_below(self, offset: int) -> int:
+        """The base offset of the batch holding `offset` (or the log end / start offset when
+        `offset` lies at or beyond the end, or before the start)."""
+        self._check_open()
+        if offset >= self.log_end_offset:
+            return self.log_end_offset
+        if offset <= self._log_start_offset:
+            return self._log_start_offset
+        located = self._segments[self._segment_index_for(offset)].locate(offset)
+        return offset if located is None else located[1].base_offset
+
     def truncate_to(self, offset: int) -> None:
         """Drop every batch with base offset >= `offset`, which must be a batch boundary
         (or the log end offset) at or above the log start."""

@@ -1,0 +1,294 @@
+"""The broker's side of the controller protocol (KRaft's BrokerLifecycleManager and metadata
+listener, for one controller): register, heartbeat, pull the metadata log, and forward the
+requests only the controller can decide.
+
+- Registration carries a fresh incarnation id per process start and is retried until the
+  controller accepts it (a restarted broker waits for its old session to expire, as in Kafka).
+- Heartbeats go every broker.heartbeat.interval.ms with the offset of the last metadata
+  record applied; the controller unfences the broker once it has caught up.
+- Metadata is long-polled with Fetch on `__cluster_metadata-0`; every fetched response is
+  applied in log order and reported once through `on_metadata(image, delta)`.
+- A controlled shutdown sets want_shut_down on heartbeats until the controller answers
+  should_shut_down (it has moved this broker's leaderships away).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from cluster.broker.env import Clock, Endpoint, Outbound, OutboundResult, Rng, Scheduler, TimerHandle
+from cluster.config import BrokerConfig
+from cluster.metadata.image import MetadataDelta, MetadataImage, PartitionState
+from cluster.metadata.records import METADATA_TOPIC, MetadataRecordError, decode_record
+from cluster.protocol.codec import build, payload_class, request_class
+from cluster.protocol.records import read_records
+from cluster.protocol.versions import ApiKey
+from cluster.storage.batch import InvalidBatchError, split_batches
+
+from kio.index import EntityType
+
+log = logging.getLogger(__name__)
+REGISTRATION_VERSION = 2
+HEARTBEAT_VERSION = 0
+ALTER_PARTITION_VERSION = 3
+METADATA_FETCH_VERSION = 12
+METADATA_FETCH_MAX_WAIT_MS = 500
+RETRY_BACKOFF_MS = 100
+
+
+@dataclass(frozen=True)
+class AlterPartitionResult:
+    error: ErrorCode
+    state: PartitionState | None = None
+
+
+@dataclass(frozen=True)
+class ProducerIdBlock:
+    first_id: int
+    count: int
+
+
+def _req(api_key: int, version: int, name: str) -> type:
+    return payload_class(api_key, version, name, EntityType.request)
+
+
+class ControllerClient:
+    def __init__(self, config: BrokerConfig, clock: Clock, scheduler: Scheduler, outbound: Outbound, controller: Endpoint,
+                 on_metadata: Callable[[MetadataImage, MetadataDelta], None], rng: Rng) -> None:
+        self.config = config
+        self.clock = clock
+        self.scheduler = scheduler
+        self.outbound = outbound
+        self.controller = controller
+        self.on_metadata = on_metadata
+        self.image = MetadataImage()
+        self.broker_epoch = -1
+        self.incarnation_id = uuid.UUID(int=rng.getrandbits(128), version=4)
+        self.fenced = True
+        self._running = False
+        self._want_shut_down = False
+        self._shutdown_done: Callable[[], None] | None = None
+        self._timers: list[TimerHandle] = []
+        self._heartbeat_in_flight = False
+        self._heartbeat_timer: TimerHandle | None = None
+
+    @property
+    def last_applied_offset(self) -> int:
+        return self.image.next_offset - 1
+
+    @property
+    def registered(self) -> bool:
+        return self.broker_epoch >= 0
+
+    # ---- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._running = True
+        self._register()
+        self._fetch_metadata()
+
+    def stop(self) -> None:
+        self._running = False
+        for timer in self._timers:
+            timer.cancel()
+        self._timers.clear()
+        if self._heartbeat_timer is not None:
+            self._heartbeat_timer.cancel()
+            self._heartbeat_timer = None
+
+    def _later(self, delay_ms: float, action: Callable[[], None]) -> None:
+        holder: list[TimerHandle] = []
+
+        def fire() -> None:
+            if holder[0] in self._timers:
+                self._timers.remove(holder[0])
+            if self._running:
+                action()
+
+        holder.append(self.scheduler.call_later(delay_ms, fire))
+        self._timers.append(holder[0])
+
+    def _send(self, api_key: int, version: int, body: Any, on_done: Callable[[OutboundResult], None], timeout_ms: int | None = None) -> None:
+        self.outbound.send(self.controller, api_key, version, body, on_done, timeout_ms or self.config.controller_request_timeout_ms)
+
+    # ---- registration and heartbeats ---------------------------------------------------
+
+    def _register(self) -> None:
+        listener = _req(ApiKey.BROKER_REGISTRATION, REGISTRATION_VERSION, "Listener")
+        body = build(request_class(ApiKey.BROKER_REGISTRATION, REGISTRATION_VERSION), broker_id=self.config.broker_id,
+                     cluster_id=self.config.cluster_id, incarnation_id=self.incarnation_id,
+                     listeners=(listener(name="PLAINTEXT", host=self.config.host, port=self.config.port, security_protocol=0),),
+                     features=(), rack=None, is_migrating_zk_broker=False, log_dirs=())
+
+        def done(result: OutboundResult) -> None:
+            if not self._running:
+                return
+            if result.ok and result.body.error_code == ErrorCode.none:
+                self.broker_epoch = int(result.body.broker_epoch)
+                log.info("broker %d registered with the controller: broker epoch %d", self.config.broker_id, self.broker_epoch)
+                self._heartbeat()
+                return
+            reason = result.error if not result.ok else result.body.error_code.name
+            log.info("broker %d registration not accepted yet (%s); retrying", self.config.broker_id, reason)
+            self._later(min(self.config.broker_heartbeat_interval_ms, 500), self._register)
+
+        self._send(ApiKey.BROKER_REGISTRATION, REGISTRATION_VERSION, body, done)
+
+    def _schedule_heartbeat(self) -> None:
+        if self._heartbeat_timer is not None:
+            self._heartbeat_timer.cancel()
+
+        def fire() -> None:
+            self._heartbeat_timer = None
+            if self._running:
+                self._heartbeat()
+
+        self._heartbeat_timer = self.scheduler.call_later(self.config.broker_heartbeat_interval_ms, fire)
+
+    def _heartbeat(self) -> None:
+        """Send a heartbeat now (one at a time; the next is scheduled when it is answered)."""
+        if self._heartbeat_in_flight or not self.registered:
+            return
+        if self._heartbeat_timer is not None:
+            self._heartbeat_timer.cancel()
+            self._heartbeat_timer = None
+        self._heartbeat_in_flight = True
+        body = build(request_class(ApiKey.BROKER_HEARTBEAT, HEARTBEAT_VERSION), broker_id=self.config.broker_id, broker_epoch=self.broker_epoch,
+                     current_metadata_offset=self.last_applied_offset, want_fence=False, want_shut_down=self._want_shut_down)
+
+        def done(result: OutboundResult) -> None:
+            self._heartbeat_in_flight = False
+            if not self._running:
+                return
+            if result.ok and result.body.error_code == ErrorCode.stale_broker_epoch:
+                log.warning("broker %d: the controller no longer knows broker epoch %d; registering again", self.config.broker_id, self.broker_epoch)
+                self.broker_epoch = -1
+                self._register()
+                return
+            if result.ok and result.body.error_code == ErrorCode.none:
+                fenced = bool(result.body.is_fenced)
+                if fenced != self.fenced:
+                    log.info("broker %d is now %s", self.config.broker_id, "fenced" if fenced else "unfenced")
+                self.fenced = fenced
+                if self._want_shut_down and result.body.should_shut_down and self._shutdown_done is not None:
+                    callback, self._shutdown_done = self._shutdown_done, None
+                    callback()
+                    return
+            self._schedule_heartbeat()
+
+        self._send(ApiKey.BROKER_HEARTBEAT, HEARTBEAT_VERSION, body, done)
+
+    def begin_controlled_shutdown(self, on_done: Callable[[], None]) -> None:
+        """Ask the controller to move this broker's leaderships away; `on_done` once it has
+        (never called if the controller cannot be reached: the caller bounds the wait)."""
+        self._want_shut_down = True
+        self._shutdown_done = on_done
+        if not self.registered:
+            return
+        self._heartbeat()
+
+    # ---- metadata --------------------------------------------------------------------
+
+    def _fetch_metadata(self) -> None:
+        part = _req(ApiKey.FETCH, METADATA_FETCH_VERSION, "FetchPartition")
+        topic = _req(ApiKey.FETCH, METADATA_FETCH_VERSION, "FetchTopic")
+        body = build(request_class(ApiKey.FETCH, METADATA_FETCH_VERSION), replica_id=self.config.broker_id,
+                     max_wait=datetime.timedelta(milliseconds=METADATA_FETCH_MAX_WAIT_MS), min_bytes=1, max_bytes=16 << 20,
+                     isolation_level=0, session_id=0, session_epoch=-1,
+                     topics=(build(topic, topic=METADATA_TOPIC, partitions=(build(part, partition=0, current_leader_epoch=-1,
+                                                                                          fetch_offset=self.image.next_offset,
+                                                                                          last_fetched_epoch=-1, log_start_offset=-1,
+                                                                                          partition_max_bytes=8 << 20),)),),
+                     forgotten_topics_data=(), rack_id="")
+
+        def done(result: OutboundResult) -> None:
+            if not self._running:
+                return
+            if not result.ok:
+                self._later(RETRY_BACKOFF_MS, self._fetch_metadata)
+                return
+            try:
+                applied = self._apply(result.body)
+            except (MetadataRecordError, InvalidBatchError, ValueError) as error:
+                log.error("broker %d: bad metadata from the controller: %s", self.config.broker_id, error)
+                self._later(RETRY_BACKOFF_MS, self._fetch_metadata)
+                return
+            if applied and self.registered and self.fenced:
+                self._heartbeat()  # report the catch-up at once, so unfencing is not a heartbeat interval late
+            self._fetch_metadata()
+
+        self._send(ApiKey.FETCH, METADATA_FETCH_VERSION, body, done, self.config.controller_request_timeout_ms + METADATA_FETCH_MAX_WAIT_MS)
+
+    def _apply(self, body: Any) -> bool:
+        partition = body.responses[0].partitions[0]
+        if partition.error_code != ErrorCode.none:
+            raise ValueError(f"metadata fetch at {self.image.next_offset}: {partition.error_code.name}")
+        records = partition.records or b""
+        if not records:
+            return False
+        delta = MetadataDelta()
+        for _, batch in split_batches(records):
+            for record in read_records(bytes(batch)):
+                if record.offset < self.image.next_offset:
+                    continue
+                delta.merge(self.image.apply(decode_record(record.value, f"at offset {record.offset}"), record.offset))
+        self.on_metadata(self.image, delta)
+        return True
+
+    # ---- forwarded requests ----------------------------------------------------------
+
+    def alter_partition(self, state: PartitionState, new_isr: list[tuple[int, int]], leader_recovering: bool,
+                        on_done: Callable[[AlterPartitionResult], None]) -> None:
+        version = ALTER_PARTITION_VERSION
+        member = _req(ApiKey.ALTER_PARTITION, version, "BrokerState")
+        data = _req(ApiKey.ALTER_PARTITION, version, "PartitionData")
+        topic = _req(ApiKey.ALTER_PARTITION, version, "TopicData")
+        body = build(request_class(ApiKey.ALTER_PARTITION, version), broker_id=self.config.broker_id, broker_epoch=self.broker_epoch,
+                     topics=(topic(topic_id=state.topic_id, partitions=(build(
+                         data, partition_index=state.partition, leader_epoch=state.leader_epoch,
+                         new_isr_with_epochs=tuple(member(broker_id=b, broker_epoch=e) for b, e in new_isr),
+                         leader_recovery_state=int(leader_recovering), partition_epoch=state.partition_epoch),)),))
+
+        def done(result: OutboundResult) -> None:
+            if not result.ok:
+                on_done(AlterPartitionResult(ErrorCode.request_timed_out))
+                return
+            if result.body.error_code != ErrorCode.none:
+                on_done(AlterPartitionResult(result.body.error_code))
+                return
+            answer = result.body.topics[0].partitions[0]
+            if answer.error_code != ErrorCode.none:
+                on_done(AlterPartitionResult(answer.error_code))
+                return
+            new_state = PartitionState(state.topic, state.topic_id, state.partition, state.replicas, tuple(int(b) for b in answer.isr),
+                                       int(answer.leader_id), int(answer.leader_epoch), int(answer.partition_epoch),
+                                       bool(answer.leader_recovery_state))
+            on_done(AlterPartitionResult(ErrorCode.none, new_state))
+
+        self._send(ApiKey.ALTER_PARTITION, version, body, done)
+
+    def create_topics(self, body: Any, api_version: int, on_done: Callable[[OutboundResult], None]) -> None:
+        self._send(ApiKey.CREATE_TOPICS, api_version, body, on_done)
+
+    def delete_topics(self, body: Any, api_version: int, on_done: Callable[[OutboundResult], None]) -> None:
+        self._send(ApiKey.DELETE_TOPICS, api_version, body, on_done)
+
+    def allocate_producer_ids(self, on_done: Callable[[ProducerIdBlock | None, str | None], None]) -> None:
+        body = build(request_class(ApiKey.ALLOCATE_PRODUCER_IDS, 0), broker_id=self.config.broker_id, broker_epoch=self.broker_epoch)
+
+        def done(result: OutboundResult) -> None:
+            if not result.ok:
+                on_done(None, result.error)
+            elif result.body.error_code != ErrorCode.none:
+                on_done(None, result.body.error_code.name)
+            else:
+                on_done(ProducerIdBlock(int(result.body.producer_id_start), int(result.body.producer_id_len)), None)
+
+        self._send(ApiKey.ALLOCATE_PRODUCER_IDS, 0, body, done)

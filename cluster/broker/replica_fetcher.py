@@ -1,0 +1,158 @@
+"""The follower side of replication: one fetcher per leader broker (as Kafka's replica fetcher
+threads), long-polling Fetch v15 with this broker's id and epoch for every partition it
+follows from that leader, appending what comes back unchanged, and truncating where the
+leader says our log diverges (KIP-320/595 truncate-on-fetch).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from typing import TYPE_CHECKING, Any
+
+from kio.index import EntityType
+from kio.schema.errors import ErrorCode
+
+from cluster.broker.env import Endpoint, OutboundResult
+from cluster.broker.partition import FOLLOWER, Partition, TopicPartition
+from cluster.protocol.codec import build, payload_class, request_class
+from cluster.protocol.versions import ApiKey
+from cluster.storage.batch import InvalidBatchError
+
+if TYPE_CHECKING:
+    from cluster.broker.replica_manager import ReplicaManager
+
+log = logging.getLogger(__name__)
+FETCH_VERSION = 15
+
+
+def _req(name: str) -> type:
+    return payload_class(ApiKey.FETCH, FETCH_VERSION, name, EntityType.request)
+
+
+class ReplicaFetcher:
+    def __init__(self, manager: ReplicaManager, leader_id: int) -> None:
+        self.manager = manager
+        self.leader_id = leader_id
+        self.partitions: set[TopicPartition] = set()
+        self._in_flight = False
+        self._backoff_pending = False
+        self._stopped = False
+        self._endpoint: Endpoint | None = None
+
+    def poke(self) -> None:
+        """Fetch now if nothing is in flight (new partitions, or truncation done)."""
+        if not self._in_flight and not self._backoff_pending and not self._stopped:
+            self._fetch()
+
+    def stop(self) -> None:
+        self._stopped = True
+        if self._endpoint is not None:
+            self.manager.outbound.close(self._endpoint)
+
+    def _fetchable(self) -> list[Partition]:
+        out = []
+        for tp in sorted(self.partitions, key=lambda t: (t.topic, t.partition)):
+            p = self.manager.partitions.get(tp)
+            if p is not None and p.role == FOLLOWER and p.leader_id == self.leader_id and not p.awaiting_metadata and p.state is not None:
+                out.append(p)
+        return out
+
+    def _fetch(self) -> None:
+        manager = self.manager
+        config = manager.config
+        partitions = self._fetchable()
+        leader = manager.controller.image.brokers.get(self.leader_id)
+        if not partitions or leader is None or not manager.controller.registered:
+            return
+        self._endpoint = Endpoint(leader.broker_id, leader.host, leader.port)
+        by_topic: dict[Any, list[Any]] = {}
+        sent: dict[TopicPartition, int] = {}
+        for p in partitions:
+            assert p.state is not None
+            last_epoch = -1 if config.replica_truncate_to_high_watermark else p.log.epochs.latest_epoch
+            by_topic.setdefault(p.state.topic_id, []).append(build(
+                _req("FetchPartition"), partition=p.tp.partition, current_leader_epoch=p.leader_epoch, fetch_offset=p.log_end_offset,
+                last_fetched_epoch=last_epoch, log_start_offset=p.log_start_offset, partition_max_bytes=config.replica_fetch_max_bytes))
+            sent[p.tp] = p.leader_epoch
+        body = build(request_class(ApiKey.FETCH, FETCH_VERSION), cluster_id=None,
+                     replica_state=_req("ReplicaState")(replica_id=config.broker_id, replica_epoch=manager.controller.broker_epoch),
+                     max_wait=datetime.timedelta(milliseconds=config.replica_fetch_wait_max_ms), min_bytes=config.replica_fetch_min_bytes,
+                     max_bytes=config.replica_fetch_response_max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
+                     topics=tuple(_req("FetchTopic")(topic_id=topic_id, partitions=tuple(parts)) for topic_id, parts in by_topic.items()),
+                     forgotten_topics_data=(), rack_id="")
+        self._in_flight = True
+        manager.outbound.send(self._endpoint, ApiKey.FETCH, FETCH_VERSION, body, lambda result: self._on_response(result, sent),
+                              config.replica_socket_timeout_ms + config.replica_fetch_wait_max_ms)
+
+    def _on_response(self, result: OutboundResult, sent: dict[TopicPartition, int]) -> None:
+        self._in_flight = False
+        if self._stopped or not self.manager.running:
+            return
+        if not result.ok or result.body.error_code != ErrorCode.none:
+            reason = result.error if not result.ok else result.body.error_code.name
+            log.debug("fetch from leader %d failed: %s", self.leader_id, reason)
+            self._backoff()
+            return
+        now_ms = self.manager.clock.wall_ms()
+        for topic in result.body.responses:
+            image_topic = self.manager.controller.image.topics_by_id.get(topic.topic_id)
+            if image_topic is None:
+                continue
+            for answer in topic.partitions:
+                tp = TopicPartition(image_topic.name, int(answer.partition_index))
+                p = self.manager.partitions.get(tp)
+                if p is None or tp not in sent or p.role != FOLLOWER or p.leader_id != self.leader_id or p.leader_epoch != sent[tp]:
+                    continue  # the partition changed role while the fetch was out
+                try:
+                    self._handle_partition(p, answer, now_ms)
+                except (InvalidBatchError, ValueError) as error:
+                    log.error("%s: bad data from leader %d: %s", tp, self.leader_id, error)
+        if self._fetchable():
+            self._fetch()
+
+    def _handle_partition(self, p: Partition, answer: Any, now_ms: int) -> None:
+        error = answer.error_code
+        if error in (ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch, ErrorCode.not_leader_or_follower,
+                     ErrorCode.unknown_topic_or_partition, ErrorCode.unknown_topic_id):
+            # Our view of who leads in which epoch is out of date: wait for the metadata.
+            p.awaiting_metadata = True
+            return
+        if error == ErrorCode.offset_out_of_range:
+            leader_end = int(answer.high_watermark)
+            if p.log_end_offset < int(answer.log_start_offset):
+                log.info("%s: our log ends at %d, before the leader's log start %d: starting over there", p.tp, p.log_end_offset,
+                         answer.log_start_offset)
+                p.log.truncate_fully_and_start_at(int(answer.log_start_offset), now_ms=now_ms)
+                p.high_watermark = p.log_end_offset
+            else:
+                log.warning("%s: fetch offset %d out of range at leader %d; truncating to its high watermark %d", p.tp, p.log_end_offset,
+                            self.leader_id, leader_end)
+                p.truncate(leader_end)
+            return
+        if error != ErrorCode.none:
+            return
+        diverging = answer.diverging_epoch
+        if diverging is not None and int(diverging.epoch) >= 0 and not self.manager.config.replica_truncate_to_high_watermark:
+            leader_epoch, leader_end = int(diverging.epoch), int(diverging.end_offset)
+            local_epoch, local_end = p.log.epochs.end_offset_for(leader_epoch, p.log_end_offset)
+            target = min(leader_end, local_end) if local_epoch == leader_epoch and local_end >= 0 else leader_end
+            before = p.log_end_offset
+            p.truncate(min(target, before))
+            log.info("%s: log diverges from leader %d at epoch %d (leader's end %d, ours %d): truncated %d -> %d", p.tp, self.leader_id,
+                     leader_epoch, leader_end, local_end, before, p.log_end_offset)
+            return
+        records = answer.records
+        if records:
+            p.append_as_follower(records, now_ms)
+        p.update_follower_high_watermark(int(answer.high_watermark))
+
+    def _backoff(self) -> None:
+        self._backoff_pending = True
+
+        def retry() -> None:
+            self._backoff_pending = False
+            if not self._stopped and self.manager.running:
+                self._fetch()
+
+        self.manager.scheduler.call_later(self.manager.config.replica_fetch_backoff_ms, retry)

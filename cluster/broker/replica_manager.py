@@ -1,0 +1,214 @@
+"""Every partition replica on this broker: logs opened, created and deleted as the metadata
+says, each partition made leader or follower, one fetcher per leader, and the leader's ISR
+maintenance (shrink after replica.lag.time.max.ms, expand once caught up) proposed to the
+controller one change at a time per partition."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kio.schema.errors import ErrorCode
+
+from cluster.broker.controller_client import AlterPartitionResult, ControllerClient
+from cluster.broker.env import Clock, Outbound, Scheduler, TimerHandle
+from cluster.broker.partition import FOLLOWER, LEADER, Partition, ReplicationSettings, TopicPartition
+from cluster.broker.replica_fetcher import ReplicaFetcher
+from cluster.config import BrokerConfig
+from cluster.metadata.image import MetadataDelta, MetadataImage, PartitionState
+from cluster.storage.config import LogConfig
+from cluster.storage.disk import Disk
+from cluster.storage.log import PartitionLog
+
+log = logging.getLogger(__name__)
+ISR_CHECK_INTERVAL_MS = 100
+
+
+@dataclass(frozen=True)
+class RoleChanges:
+    became_leader: list[TopicPartition] = field(default_factory=list)
+    became_follower: list[TopicPartition] = field(default_factory=list)
+    removed: list[TopicPartition] = field(default_factory=list)
+
+
+def _int_setting(configs: dict[str, str], key: str, default: int) -> int:
+    try:
+        return int(configs[key])
+    except (KeyError, ValueError):
+        return default
+
+
+class ReplicaManager:
+    def __init__(self, config: BrokerConfig, disk: Disk, clock: Clock, scheduler: Scheduler, outbound: Outbound,
+                 controller: ControllerClient, log_config_for: Callable[[str], LogConfig]) -> None:
+        self.config = config
+        self.disk = disk
+        self.clock = clock
+        self.scheduler = scheduler
+        self.outbound = outbound
+        self.controller = controller
+        self.log_config_for = log_config_for
+        self.partitions: dict[TopicPartition, Partition] = {}
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+        self.running = False
+        self._timer: TimerHandle | None = None
+
+    def start(self) -> None:
+        self.disk.makedirs(self.config.data_dir)
+        self.running = True
+        self._schedule_isr_check()
+
+    def shutdown(self) -> None:
+        self.running = False
+        if self._timer is not None:
+            self._timer.cancel()
+        for fetcher in self.fetchers.values():
+            fetcher.stop()
+        self.fetchers.clear()
+        for partition in self.partitions.values():
+            partition.stop()
+            partition.log.close()
+
+    def partition(self, tp: TopicPartition) -> Partition | None:
+        return self.partitions.get(tp)
+
+    def _dir(self, tp: TopicPartition) -> str:
+        return f"{self.config.data_dir}/{tp.topic}-{tp.partition}"
+
+    def _settings(self, configs: dict[str, str]) -> ReplicationSettings:
+        return ReplicationSettings(
+            broker_id=self.config.broker_id,
+            min_insync_replicas=_int_setting(configs, "min.insync.replicas", self.config.min_insync_replicas),
+            replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
+            read_past_high_watermark=self.config.fetch_read_past_high_watermark,
+            truncate_to_high_watermark=self.config.replica_truncate_to_high_watermark,
+        )
+
+    # ---- metadata --------------------------------------------------------------------
+
+    def apply_metadata(self, image: MetadataImage, delta: MetadataDelta) -> RoleChanges:
+        changes = RoleChanges()
+        now_ns = self.clock.monotonic_ns()
+        for topic in delta.removed_topics:
+            for index in list(topic.partitions):
+                tp = TopicPartition(topic.name, index)
+                partition = self.partitions.pop(tp, None)
+                if partition is not None:
+                    partition.stop()
+                    partition.log.close()
+                    self.disk.rmtree(self._dir(tp))
+                    changes.removed.append(tp)
+                    log.info("%s: deleted (topic removed)", tp)
+        latest: dict[TopicPartition, PartitionState] = {}
+        for state in delta.partitions:
+            latest[TopicPartition(state.topic, state.partition)] = state  # a later record for the same partition wins
+        for tp, state in latest.items():
+            if image.topic(state.topic) is None:
+                continue
+            if self.config.broker_id not in state.replicas:
+                continue
+            partition = self.partitions.get(tp)
+            if partition is None:
+                topic = image.topic(state.topic)
+                assert topic is not None
+                partition_log = PartitionLog.open(self.disk, self._dir(tp), self.log_config_for(state.topic), now_ms=self.clock.wall_ms())
+                partition = self.partitions[tp] = Partition(tp, partition_log, self._settings(topic.configs))
+            role = partition.apply_state(state, now_ns)
+            if role == LEADER:
+                changes.became_leader.append(tp)
+                if state.leader_recovering:
+                    self._propose(partition, partition.isr, recovered=True)
+            elif role == FOLLOWER:
+                changes.became_follower.append(tp)
+        if latest or delta.brokers or delta.removed_topics:
+            self._refresh_fetchers()
+        return changes
+
+    def _refresh_fetchers(self) -> None:
+        wanted: dict[int, set[TopicPartition]] = {}
+        for tp, p in self.partitions.items():
+            if p.role == FOLLOWER and p.leader_id >= 0:
+                wanted.setdefault(p.leader_id, set()).add(tp)
+        for leader_id in list(self.fetchers):
+            if leader_id not in wanted:
+                self.fetchers.pop(leader_id).stop()
+        for leader_id, tps in wanted.items():
+            fetcher = self.fetchers.get(leader_id)
+            if fetcher is None:
+                fetcher = self.fetchers[leader_id] = ReplicaFetcher(self, leader_id)
+            fetcher.partitions = tps
+            fetcher.poke()
+
+    # ---- ISR maintenance -------------------------------------------------------------
+
+    def _schedule_isr_check(self) -> None:
+        def tick() -> None:
+            if not self.running:
+                return
+            self._check_isrs()
+            self._schedule_isr_check()
+
+        self._timer = self.scheduler.call_later(ISR_CHECK_INTERVAL_MS, tick)
+
+    def _check_isrs(self) -> None:
+        now_ns = self.clock.monotonic_ns()
+        image = self.controller.image
+        for p in self.partitions.values():
+            if p.role != LEADER or p.pending_isr is not None or p.state is None:
+                continue
+            lagging = p.lagging_followers(now_ns)
+            if lagging:
+                log.info("%s: followers %s not caught up for %d ms: shrinking the ISR", p.tp, lagging, p.settings.replica_lag_time_max_ms)
+                self._propose(p, tuple(b for b in p.isr if b not in lagging))
+                continue
+            joining = [r for r in p.expandable_followers() if (b := image.brokers.get(r)) is not None and b.usable
+                       and (p.followers[r].broker_epoch in (-1, b.broker_epoch))]
+            if joining and not (p.state.leader_recovering):
+                log.info("%s: followers %s caught up (log end >= HWM %d): expanding the ISR", p.tp, joining, p.high_watermark)
+                self._propose(p, tuple(sorted(set(p.isr) | set(joining))))
+
+    def _propose(self, p: Partition, new_isr: tuple[int, ...], recovered: bool = False) -> None:
+        """Send an AlterPartition for `p`; while it is out, HWM decisions use the maximal ISR."""
+        state = p.state
+        if state is None or p.pending_isr is not None:
+            return
+        image = self.controller.image
+        members = []
+        for b in new_isr:
+            follower = p.followers.get(b)
+            epoch = follower.broker_epoch if follower is not None and follower.broker_epoch >= 0 else (
+                image.brokers[b].broker_epoch if b in image.brokers else -1)
+            if b == self.config.broker_id:
+                epoch = self.controller.broker_epoch
+            members.append((b, epoch))
+        p.pending_isr = new_isr
+        recovering = state.leader_recovering and not recovered
+
+        def done(result: AlterPartitionResult) -> None:
+            if p.pending_isr != new_isr:
+                return
+            p.pending_isr = None
+            if result.error == ErrorCode.none and result.state is not None:
+                log.info("%s: ISR now %s (partition epoch %d)", p.tp, list(result.state.isr), result.state.partition_epoch)
+                if p.state is not None and result.state.partition_epoch > p.state.partition_epoch:
+                    p.apply_state(result.state, self.clock.monotonic_ns())
+            else:
+                log.info("%s: AlterPartition to ISR %s refused: %s", p.tp, list(new_isr), result.error.name)
+            p.maybe_advance_high_watermark()
+
+        self.controller.alter_partition(state, members, recovering, done)
+
+    # ---- internal appends ------------------------------------------------------------
+
+    def append_internal(self, tp: TopicPartition, build: Callable[[int, int], bytes], now_ms: int,
+                        on_committed: Callable[[ErrorCode], None], timeout_ms: int = 5000) -> None:
+        """Append a broker-built batch as leader and call back once it is committed (acks=-1)."""
+        p = self.partitions.get(tp)
+        if p is None or p.role != LEADER:
+            on_committed(ErrorCode.not_leader_or_follower)
+            return
+        header = p.append_internal(build, now_ms)
+        pending = p.wait_for_commit(header.next_offset, on_committed)
+        if not pending.settled:
+            self.scheduler.call_later(timeout_ms, lambda: p.cancel_wait(pending, ErrorCode.request_timed_out))

@@ -1,0 +1,553 @@
+"""The controller core (sans-I/O): every request it serves either reads the metadata image or
+appends records to the metadata log (durably) and applies them to the image, then answers.
+
+Decisions follow KRaft (reference/kafka-reliability.md §1.3, §2.2-2.3):
+- broker epoch = offset of the broker's registration record; a registration starts fenced
+  and is unfenced once the broker has caught up with the log up to that record;
+- missed heartbeats for broker.session.timeout.ms fence a broker: it leaves every ISR (but
+  the last member stays, as KRaft keeps it) and loses every leadership;
+- a leader is elected from the usable ISR members in replica order; only with
+  unclean.leader.election.enable (broker or topic config) from any usable replica, which then
+  becomes the whole ISR and is marked recovering (committed records may be lost);
+- every leader change bumps leader and partition epoch, an ISR change the partition epoch;
+- AlterPartition is accepted only with matching broker, leader and partition epochs and
+  eligible added replicas (KIP-497, KIP-903).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from cluster.broker.env import ClientInfo, Clock, Reply, Response, Rng, Scheduler, TimerHandle
+from cluster.broker.topics import InvalidTopicError, check_topic_name, new_topic_id
+from cluster.controller.config import ControllerConfig
+from cluster.controller.metadata_log import MetadataLog
+from cluster.metadata.image import MetadataImage, PartitionState
+from cluster.metadata.records import (
+    METADATA_TOPIC,
+    METADATA_TOPIC_ID,
+    NO_LEADER,
+    BrokerRegistrationChangeRecord,
+    MetadataRecord,
+    PartitionRecord,
+    ProducerIdsRecord,
+    RegisterBrokerRecord,
+    RemoveTopicRecord,
+    TopicRecord,
+)
+from cluster.protocol.codec import Request, build, encode_response, payload_class, response_class
+from cluster.protocol.fetch_response import FetchPartitionResult, FetchTopicResult, encode_fetch_response
+from cluster.protocol.versions import ApiKey, VersionRange
+from cluster.storage.log import OffsetOutOfRangeError
+
+log = logging.getLogger(__name__)
+NO_THROTTLE = datetime.timedelta(0)
+MAX_PARTITIONS_PER_TOPIC = 10_000
+SESSION_CHECK_INTERVAL_MS = 50
+
+CONTROLLER_VERSIONS: dict[ApiKey, VersionRange] = {
+    ApiKey.API_VERSIONS: VersionRange(0, 3),
+    ApiKey.FETCH: VersionRange(12, 16),
+    ApiKey.CREATE_TOPICS: VersionRange(2, 7),
+    ApiKey.DELETE_TOPICS: VersionRange(1, 6),
+    ApiKey.ALTER_PARTITION: VersionRange(2, 3),
+    ApiKey.BROKER_REGISTRATION: VersionRange(0, 3),
+    ApiKey.BROKER_HEARTBEAT: VersionRange(0, 1),
+    ApiKey.ALLOCATE_PRODUCER_IDS: VersionRange(0, 0),
+}
+
+
+@dataclass
+class _MetadataWaiter:
+    request: Request
+    fetch_offset: int
+    max_bytes: int
+    reply: Reply
+    timer: TimerHandle | None = None
+
+
+class Controller:
+    def __init__(self, config: ControllerConfig, disk: Any, clock: Clock, scheduler: Scheduler, rng: Rng) -> None:
+        self.config = config
+        self.disk = disk
+        self.clock = clock
+        self.scheduler = scheduler
+        self.rng = rng
+        self.image = MetadataImage()
+        self.metadata_log: MetadataLog | None = None
+        self._last_heartbeat_ns: dict[int, int] = {}
+        self._waiters: list[_MetadataWaiter] = []
+        self._session_timer: TimerHandle | None = None
+        self._running = False
+        self._handlers: dict[int, Callable[[Request, ClientInfo, Reply], None]] = {
+            ApiKey.API_VERSIONS: self._api_versions,
+            ApiKey.FETCH: self._fetch,
+            ApiKey.CREATE_TOPICS: self._create_topics,
+            ApiKey.DELETE_TOPICS: self._delete_topics,
+            ApiKey.ALTER_PARTITION: self._alter_partition,
+            ApiKey.BROKER_REGISTRATION: self._broker_registration,
+            ApiKey.BROKER_HEARTBEAT: self._broker_heartbeat,
+            ApiKey.ALLOCATE_PRODUCER_IDS: self._allocate_producer_ids,
+        }
+
+    versions = CONTROLLER_VERSIONS
+
+    # ---- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Recover the metadata log and replay it; every live registration gets a fresh
+        session (a grace period, as after a KRaft controller failover)."""
+        self.metadata_log = MetadataLog(self.disk, self.config.data_dir, self.clock.wall_ms())
+        for offset, record in self.metadata_log.replay():
+            self.image.apply(record, offset)
+        now = self.clock.monotonic_ns()
+        for broker in self.image.brokers.values():
+            self._last_heartbeat_ns[broker.broker_id] = now
+        self._running = True
+        self._schedule_session_check()
+        log.info("controller %d started: metadata log ends at %d, %d brokers, %d topics", self.config.node_id,
+                 self.metadata_log.end_offset, len(self.image.brokers), len(self.image.topics_by_name))
+
+    def shutdown(self) -> None:
+        self._running = False
+        if self._session_timer is not None:
+            self._session_timer.cancel()
+        for waiter in self._waiters:
+            if waiter.timer is not None:
+                waiter.timer.cancel()
+        self._waiters.clear()
+        if self.metadata_log is not None:
+            self.metadata_log.close()
+
+    def handle(self, request: Request, client: ClientInfo, reply: Reply) -> None:
+        handler = self._handlers.get(request.api_key)
+        if handler is None:
+            reply(Response(None, close_connection=True, close_reason=f"the controller does not serve API key {request.api_key}"))
+            return
+        handler(request, client, reply)
+
+    def _respond(self, request: Request, body: Any) -> Response:
+        return Response([encode_response(request.api_key, request.api_version, request.correlation_id, body)])
+
+    # ---- the log ---------------------------------------------------------------------
+
+    def commit(self, records: list[MetadataRecord]) -> int:
+        """Append `records` as one durable batch, apply them, wake metadata fetchers;
+        returns the offset of the first."""
+        assert self.metadata_log is not None
+        if not records:
+            return self.metadata_log.end_offset
+        base = self.metadata_log.append(records, self.clock.wall_ms())
+        for i, record in enumerate(records):
+            self.image.apply(record, base + i)
+        self._wake_waiters()
+        return base
+
+    # ---- elections -------------------------------------------------------------------
+
+    def _unclean_allowed(self, topic: str) -> bool:
+        image = self.image.topic(topic)
+        raw = image.configs.get("unclean.leader.election.enable") if image else None
+        if raw is None:
+            return self.config.unclean_leader_election_enable
+        return str(raw).strip().lower() in ("true", "1", "yes")
+
+    def _usable(self, broker_id: int, unusable: set[int]) -> bool:
+        broker = self.image.brokers.get(broker_id)
+        return broker is not None and broker.usable and broker_id not in unusable
+
+    def _changed(self, p: PartitionState, *, isr: tuple[int, ...], leader: int, recovering: bool | None = None) -> PartitionRecord | None:
+        """The record for `p` with a new ISR and leader, or None when nothing changes."""
+        recovering = p.leader_recovering if recovering is None else recovering
+        if isr == p.isr and leader == p.leader and recovering == p.leader_recovering:
+            return None
+        leader_epoch = p.leader_epoch + 1 if leader != p.leader else p.leader_epoch
+        return PartitionRecord(str(p.topic_id), p.partition, p.replicas, isr, leader, leader_epoch, p.partition_epoch + 1, recovering)
+
+    def _reelect(self, p: PartitionState, unusable: set[int]) -> PartitionRecord | None:
+        """Remove the `unusable` brokers from the ISR (keeping the last member) and from
+        leadership; elect a new leader if needed."""
+        isr = tuple(b for b in p.isr if b not in unusable) or p.isr
+        leader = p.leader
+        recovering = p.leader_recovering
+        if leader == NO_LEADER or not self._usable(leader, unusable):
+            leader, isr, recovering = self._elect(p, isr, unusable)
+        return self._changed(p, isr=isr, leader=leader, recovering=recovering)
+
+    def _elect(self, p: PartitionState, isr: tuple[int, ...], unusable: set[int]) -> tuple[int, tuple[int, ...], bool]:
+        for replica in p.replicas:
+            if replica in isr and self._usable(replica, unusable):
+                return replica, isr, False
+        if self._unclean_allowed(p.topic):
+            for replica in p.replicas:
+                if self._usable(replica, unusable):
+                    log.warning("UNCLEAN leader election for %s-%d: broker %d (not in ISR %s) becomes leader in epoch %d; "
+                                "committed records may be lost", p.topic, p.partition, replica, list(isr), p.leader_epoch + 1)
+                    return replica, (replica,), True
+        return NO_LEADER, isr, p.leader_recovering
+
+    def _all_partitions(self) -> list[PartitionState]:
+        return [p for t in sorted(self.image.topics_by_name.values(), key=lambda t: t.name) for _, p in sorted(t.partitions.items())]
+
+    def _fence_records(self, broker_id: int, *, shutting_down: bool = False) -> list[MetadataRecord]:
+        broker = self.image.brokers[broker_id]
+        records: list[MetadataRecord] = [BrokerRegistrationChangeRecord(broker_id, broker.broker_epoch, fenced=not shutting_down,
+                                                                        in_controlled_shutdown=shutting_down)]
+        for p in self._all_partitions():
+            if broker_id in p.isr or p.leader == broker_id:
+                change = self._reelect(p, {broker_id})
+                if change is not None:
+                    records.append(change)
+        return records
+
+    def _log_partition_changes(self, records: list[MetadataRecord], why: str) -> None:
+        for record in records:
+            if isinstance(record, PartitionRecord):
+                topic = self.image.topics_by_id.get(uuid.UUID(record.topic_id))
+                log.info("%s: %s-%d leader %d epoch %d, ISR %s, partition epoch %d%s", why, topic.name if topic else record.topic_id,
+                         record.partition, record.leader, record.leader_epoch, list(record.isr), record.partition_epoch,
+                         " (recovering)" if record.leader_recovering else "")
+
+    # ---- sessions --------------------------------------------------------------------
+
+    def _schedule_session_check(self) -> None:
+        def tick() -> None:
+            if not self._running:
+                return
+            self._expire_sessions()
+            self._schedule_session_check()
+
+        self._session_timer = self.scheduler.call_later(SESSION_CHECK_INTERVAL_MS, tick)
+
+    def _expire_sessions(self) -> None:
+        now = self.clock.monotonic_ns()
+        timeout_ns = self.config.broker_session_timeout_ms * 1_000_000
+        for broker in sorted(self.image.brokers.values(), key=lambda b: b.broker_id):
+            if broker.fenced:
+                continue
+            last = self._last_heartbeat_ns.get(broker.broker_id, now)
+            if now - last > timeout_ns:
+                records = self._fence_records(broker.broker_id)
+                why = f"broker {broker.broker_id} (epoch {broker.broker_epoch}) fenced: no heartbeat for {(now - last) // 1_000_000} ms"
+                log.info(why)
+                self._log_partition_changes(records, why)
+                self.commit(records)
+
+    # ---- ApiVersions -----------------------------------------------------------------
+
+    def _api_versions(self, request: Request, client: ClientInfo, reply: Reply) -> None:
+        version = request.api_version
+        entry = payload_class(ApiKey.API_VERSIONS, version, "ApiVersion")
+        body = build(response_class(ApiKey.API_VERSIONS, version), error_code=ErrorCode.none,
+                     api_keys=tuple(entry(api_key=int(k), min_version=r.min_version, max_version=r.max_version) for k, r in sorted(CONTROLLER_VERSIONS.items())),
+                     throttle_time=NO_THROTTLE, supported_features=(), finalized_features_epoch=-1, finalized_features=(), zk_migration_ready=False)
+        reply(self._respond(request, body))
+
+    # ---- brokers ---------------------------------------------------------------------
+
+    def _broker_registration(self, request: Request, client: ClientInfo, reply: Reply) -> None:
+        body = request.body
+        cls = response_class(ApiKey.BROKER_REGISTRATION, request.api_version)
+
+        def answer(error: ErrorCode, epoch: int = -1) -> None:
+            reply(self._respond(request, build(cls, throttle_time=NO_THROTTLE, error_code=error, broker_epoch=epoch)))
+
+        if body.cluster_id != self.config.cluster_id:
+            answer(ErrorCode.inconsistent_cluster_id)
+            return
+        if not body.listeners:
+            answer(ErrorCode.invalid_request)
+            return
+        broker_id = int(body.broker_id)
+        incarnation = str(body.incarnation_id)
+        existing = self.image.brokers.get(broker_id)
+        if existing is not None and existing.incarnation_id == incarnation:
+            answer(ErrorCode.none, existing.broker_epoch)  # a retry of an accepted registration
+            return
+        records: list[MetadataRecord] = []
+        if existing is not None and not existing.fenced:
+            last = self._last_heartbeat_ns.get(broker_id, 0)
+            if self.clock.monotonic_ns() - last <= self.config.broker_session_timeout_ms * 1_000_000:
+                answer(ErrorCode.duplicate_broker_registration)
+                return
+            records += self._fence_records(broker_id)
+        assert self.metadata_log is not None
+        epoch = self.metadata_log.end_offset + len(records)
+        listener = body.listeners[0]
+        records.append(RegisterBrokerRecord(broker_id, epoch, incarnation, listener.host, int(listener.port), fenced=True))
+        self._log_partition_changes(records, f"broker {broker_id} re-registered")
+        self.commit(records)
+        self._last_heartbeat_ns[broker_id] = self.clock.monotonic_ns()
+        log.info("broker %d registered at %s:%d with epoch %d (incarnation %s)", broker_id, listener.host, listener.port, epoch, incarnation)
+        answer(ErrorCode.none, epoch)
+
+    def _broker_heartbeat(self, request: Request, client: ClientInfo, reply: Reply) -> None:
+        body = request.body
+        cls = response_class(ApiKey.BROKER_HEARTBEAT, request.api_version)
+        broker_id = int(body.broker_id)
+        broker = self.image.brokers.get(broker_id)
+
+        def answer(error: ErrorCode, caught_up: bool = False, fenced: bool = True, shut_down: bool = False) -> None:
+            reply(self._respond(request, build(cls, throttle_time=NO_THROTTLE, error_code=error, is_caught_up=caught_up,
+                                               is_fenced=fenced, should_shut_down=shut_down)))
+
+        if broker is None or broker.broker_epoch != body.broker_epoch:
+            answer(ErrorCode.stale_broker_epoch)
+            return
+        self._last_heartbeat_ns[broker_id] = self.clock.monotonic_ns()
+        caught_up = body.current_metadata_offset >= broker.broker_epoch
+        if body.want_shut_down and not broker.in_controlled_shutdown:
+            records = self._fence_records(broker_id, shutting_down=True)
+            why = f"broker {broker_id} in controlled shutdown"
+            log.info(why)
+            self._log_partition_changes(records, why)
+            self.commit(records)
+        elif broker.fenced and caught_up and not body.want_fence and not body.want_shut_down:
+            records: list[MetadataRecord] = [BrokerRegistrationChangeRecord(broker_id, broker.broker_epoch, fenced=False)]
+            self.commit(records)
+            # Now usable: give leaderless partitions it can lead a leader.
+            elections = [change for p in self._all_partitions() if p.leader == NO_LEADER and broker_id in p.replicas
+                         if (change := self._reelect(p, set())) is not None]
+            why = f"broker {broker_id} (epoch {broker.broker_epoch}) unfenced"
+            log.info(why)
+            self._log_partition_changes(elections, why)
+            self.commit(elections)
+        elif body.want_fence and not broker.fenced:
+            self.commit(self._fence_records(broker_id))
+        current = self.image.brokers[broker_id]
+        leads = any(p.leader == broker_id for p in self._all_partitions())
+        answer(ErrorCode.none, caught_up, current.fenced, current.in_controlled_shutdown and not leads)
+
+    def _allocate_producer_ids(self, request: Request, client: ClientInfo, reply: Reply) -> None:
+        body = request.body
+        cls = response_class(ApiKey.ALLOCATE_PRODUCER_IDS, request.api_version)
+        broker = self.image.brokers.get(int(body.broker_id))
+        if broker is None or broker.broker_epoch != body.broker_epoch:
+            reply(self._respond(request, build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.stale_broker_epoch, producer_id_start=-1, producer_id_len=0)))
+            return
+        start = self.image.next_producer_id
+        size = self.config.producer_id_block_size
+        self.commit([ProducerIdsRecord(broker.broker_id, broker.broker_epoch, start + size)])
+        reply(self._respond(request, build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, producer_id_start=start, producer_id_len=size)))
+
+    # ---- partitions ------------------------------------------------------------------
+
+    def _alter_partition(self, request: Request, client: ClientInfo, reply: Reply) -> None:
+        body = request.body
+        version = request.api_version
+        cls = response_class(ApiKey.ALTER_PARTITION, version)
+        topic_cls = payload_class(ApiKey.ALTER_PARTITION, version, "TopicData")
+        partition_cls = payload_class(ApiKey.ALTER_PARTITION, version, "PartitionData")
+        sender = self.image.brokers.get(int(body.broker_id))
+        if sender is None or sender.broker_epoch != body.broker_epoch:
+            reply(self._respond(request, build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.stale_broker_epoch, topics=())))
+            return
+        topics_out = []
+        records: list[MetadataRecord] = []
+        for topic in body.topics:
+            topic_image = self.image.topics_by_id.get(topic.topic_id) if version >= 2 else None
+            partitions_out = []
+            for data in topic.partitions:
+                p = topic_image.partitions.get(data.partition_index) if topic_image else None
+                error, record = self._check_alter(sender.broker_id, p, data, version)
+                state = p
+                if record is not None:
+                    records.append(record)
+                    state = None
+                if error is ErrorCode.none and record is not None:
+                    partitions_out.append(build(partition_cls, partition_index=data.partition_index, error_code=error, leader_id=record.leader,
+                                                leader_epoch=record.leader_epoch, isr=record.isr, leader_recovery_state=int(record.leader_recovering),
+                                                partition_epoch=record.partition_epoch))
+                elif error is ErrorCode.none and state is not None:
+                    partitions_out.append(build(partition_cls, partition_index=data.partition_index, error_code=error, leader_id=state.leader,
+                                                leader_epoch=state.leader_epoch, isr=state.isr, leader_recovery_state=int(state.leader_recovering),
+                                                partition_epoch=state.partition_epoch))
+                else:
+                    partitions_out.append(build(partition_cls, partition_index=data.partition_index, error_code=error, leader_id=-1,
+                                                leader_epoch=-1, isr=(), leader_recovery_state=0, partition_epoch=-1))
+            topics_out.append(build(topic_cls, topic_id=topic.topic_id, partitions=tuple(partitions_out)))
+        if records:
+            self._log_partition_changes(records, f"AlterPartition from broker {sender.broker_id}")
+            self.commit(records)
+        reply(self._respond(request, build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, topics=tuple(topics_out))))
+
+    def _check_alter(self, sender: int, p: PartitionState | None, data: Any, version: int) -> tuple[ErrorCode, PartitionRecord | None]:
+        if p is None:
+            return ErrorCode.unknown_topic_or_partition, None
+        if p.leader != sender:
+            return ErrorCode.not_leader_or_follower, None
+        if data.leader_epoch != p.leader_epoch:
+            return ErrorCode.fenced_leader_epoch, None
+        if data.partition_epoch != p.partition_epoch:
+            return ErrorCode.invalid_update_version, None
+        if version >= 3:
+            proposed = [(int(m.broker_id), int(m.broker_epoch)) for m in data.new_isr_with_epochs]
+        else:
+            proposed = [(int(b), -1) for b in data.new_isr]
+        new_isr = tuple(b for b, _ in proposed)
+        if sender not in new_isr or len(set(new_isr)) != len(new_isr):
+            return ErrorCode.invalid_request, None
+        for broker_id, broker_epoch in proposed:
+            if broker_id not in p.replicas:
+                return ErrorCode.ineligible_replica, None
+            if broker_id in p.isr:
+                continue
+            broker = self.image.brokers.get(broker_id)
+            if broker is None or not broker.usable or (broker_epoch != -1 and broker_epoch != broker.broker_epoch):
+                return ErrorCode.ineligible_replica, None
+            if p.leader_recovering:
+                # KIP-704: a recovering (uncleanly elected) leader may not grow its ISR yet.
+                return ErrorCode.invalid_request, None
+        recovering = bool(data.leader_recovery_state)
+        if recovering and not p.leader_recovering:
+            return ErrorCode.invalid_request, None
+        ordered = tuple(b for b in p.replicas if b in new_isr)
+        change = self._changed(p, isr=ordered, leader=p.leader, recovering=recovering)
+        return ErrorCode.none, change
+
+    # ---- topics ----------------------------------------------------------------------
+
+    def _create_topics(self, request: Request, client: ClientInfo, reply: Reply) -> None:
+        version = request.api_version
+        result_cls = payload_class(ApiKey.CREATE_TOPICS, version, "CreatableTopicResult")
+        results = []
+        for topic in request.body.topics:
+            error, message, records = self._plan_topic(topic)
+            topic_id = uuid.UUID(int=0)
+            partitions = replication = -1
+            if error is ErrorCode.none:
+                topic_id = uuid.UUID(records[0].topic_id)  # type: ignore[union-attr]
+                partitions = len(records) - 1
+                replication = len(records[1].replicas)  # type: ignore[union-attr]
+                if not request.body.validate_only:
+                    self.commit(records)
+                    log.info("created topic %s (%s): %d partitions, replication factor %d; assignment %s", topic.name, topic_id,
+                             partitions, replication, [list(r.replicas) for r in records[1:]])  # type: ignore[union-attr]
+            results.append(build(result_cls, name=topic.name, topic_id=topic_id, error_code=error, error_message=message,
+                                 topic_config_error_code=ErrorCode.none, num_partitions=partitions, replication_factor=replication, configs=None))
+        reply(self._respond(request, build(response_class(ApiKey.CREATE_TOPICS, version), throttle_time=NO_THROTTLE, topics=tuple(results))))
+
+    def _plan_topic(self, topic: Any) -> tuple[ErrorCode, str | None, list[MetadataRecord]]:
+        try:
+            check_topic_name(topic.name)
+        except InvalidTopicError as error:
+            return ErrorCode.invalid_topic_exception, str(error), []
+        if self.image.topic(topic.name) is not None:
+            return ErrorCode.topic_already_exists, f"topic {topic.name!r} already exists", []
+        usable = [b.broker_id for b in self.image.usable_brokers()]
+        configs = {c.name: c.value for c in topic.configs if c.value is not None}
+        if topic.assignments:
+            assignment = {int(a.partition_index): tuple(int(b) for b in a.broker_ids) for a in topic.assignments}
+            if sorted(assignment) != list(range(len(assignment))):
+                return ErrorCode.invalid_replica_assignment, "partition indices in the assignment must be 0..n-1", []
+            for replicas in assignment.values():
+                unknown = [b for b in replicas if b not in self.image.brokers]
+                if not replicas or unknown or len(set(replicas)) != len(replicas):
+                    return ErrorCode.invalid_replica_assignment, f"replica assignment {list(replicas)} names unknown or repeated brokers", []
+            replica_lists = [assignment[i] for i in range(len(assignment))]
+        else:
+            partitions = self.config.num_partitions if topic.num_partitions == -1 else int(topic.num_partitions)
+            replication = self.config.default_replication_factor if topic.replication_factor == -1 else int(topic.replication_factor)
+            if partitions < 1 or partitions > MAX_PARTITIONS_PER_TOPIC:
+                return ErrorCode.invalid_partitions, f"number of partitions must lie in 1-{MAX_PARTITIONS_PER_TOPIC}, got {partitions}", []
+            if replication < 1 or replication > len(usable):
+                return (ErrorCode.invalid_replication_factor,
+                        f"replication factor {replication} is not within 1 and the {len(usable)} available brokers", [])
+            # Kafka's rack-less assignment: a random start, leaders round robin, followers
+            # shifted by a per-topic random step so replicas spread.
+            start = self.rng.getrandbits(16) % len(usable)
+            shift = self.rng.getrandbits(16) % len(usable)
+            replica_lists = []
+            for index in range(partitions):
+                first = (start + index) % len(usable)
+                step = 1 + (shift + index // len(usable)) % max(1, len(usable) - 1) if len(usable) > 1 else 0
+                chosen = [usable[first]]
+                for r in range(1, replication):
+                    chosen.append(usable[(first + r * step) % len(usable)])
+                if len(set(chosen)) != len(chosen):
+                    chosen = [usable[(first + r) % len(usable)] for r in range(replication)]
+                replica_lists.append(tuple(chosen))
+        topic_id = new_topic_id(self.rng)
+        while topic_id in self.image.topics_by_id or topic_id == METADATA_TOPIC_ID:
+            topic_id = new_topic_id(self.rng)
+        records: list[MetadataRecord] = [TopicRecord(topic.name, str(topic_id), configs)]
+        for index, replicas in enumerate(replica_lists):
+            isr = tuple(b for b in replicas if b in usable) or replicas
+            leader = next((b for b in replicas if b in usable), NO_LEADER)
+            records.append(PartitionRecord(str(topic_id), index, replicas, isr, leader, 0, 0))
+        return ErrorCode.none, None, records
+
+    def _delete_topics(self, request: Request, client: ClientInfo, reply: Reply) -> None:
+        version = request.api_version
+        result_cls = payload_class(ApiKey.DELETE_TOPICS, version, "DeletableTopicResult")
+        names = list(request.body.topic_names) if hasattr(request.body, "topic_names") else [t.name for t in request.body.topics]
+        results = []
+        for name in names:
+            topic = self.image.topic(name) if name else None
+            if topic is None:
+                error = ErrorCode.unknown_topic_or_partition
+            elif name.startswith("__"):
+                error = ErrorCode.topic_deletion_disabled
+            else:
+                self.commit([RemoveTopicRecord(str(topic.topic_id))])
+                log.info("deleted topic %s (%s)", name, topic.topic_id)
+                error = ErrorCode.none
+            results.append(build(result_cls, name=name, topic_id=topic.topic_id if topic else uuid.UUID(int=0), error_code=error, error_message=None))
+        reply(self._respond(request, build(response_class(ApiKey.DELETE_TOPICS, version), throttle_time=NO_THROTTLE, responses=tuple(results))))
+
+    # ---- metadata fetch --------------------------------------------------------------
+
+    def _fetch(self, request: Request, client: ClientInfo, reply: Reply) -> None:
+        body = request.body
+        wanted = None
+        for topic in body.topics:
+            is_metadata = (request.api_version >= 13 and topic.topic_id == METADATA_TOPIC_ID) or (request.api_version < 13 and topic.topic == METADATA_TOPIC)
+            if is_metadata:
+                for p in topic.partitions:
+                    if p.partition == 0:
+                        wanted = p
+        if wanted is None:
+            reply(Response(None, close_connection=True, close_reason="the controller serves Fetch of __cluster_metadata-0 only"))
+            return
+        waiter = _MetadataWaiter(request, int(wanted.fetch_offset), int(wanted.partition_max_bytes), reply)
+        assert self.metadata_log is not None
+        max_wait_ms = min(body.max_wait.total_seconds() * 1000, self.config.fetch_max_wait_cap_ms)
+        if waiter.fetch_offset < self.metadata_log.end_offset or max_wait_ms <= 0:
+            self._answer_fetch(waiter)
+            return
+        self._waiters.append(waiter)
+
+        def expire() -> None:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+                self._answer_fetch(waiter)
+
+        waiter.timer = self.scheduler.call_later(max_wait_ms, expire)
+
+    def _wake_waiters(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if waiter.timer is not None:
+                waiter.timer.cancel()
+            self._answer_fetch(waiter)
+
+    def _answer_fetch(self, waiter: _MetadataWaiter) -> None:
+        assert self.metadata_log is not None
+        request = waiter.request
+        end = self.metadata_log.end_offset
+        result = FetchPartitionResult(0, ErrorCode.none.value, high_watermark=end, last_stable_offset=end, log_start_offset=0)
+        try:
+            if waiter.fetch_offset > end or waiter.fetch_offset < 0:
+                raise OffsetOutOfRangeError(waiter.fetch_offset, 0, end)
+            result.records = self.metadata_log.read(waiter.fetch_offset, max(waiter.max_bytes, 1))
+        except OffsetOutOfRangeError:
+            result.error_code = ErrorCode.offset_out_of_range.value
+        topic = FetchTopicResult(METADATA_TOPIC, METADATA_TOPIC_ID, [result])
+        waiter.reply(Response(encode_fetch_response(request.api_version, request.correlation_id, [topic])))

@@ -115,8 +115,17 @@ class ReplicaFetcher:
         error = answer.error_code
         if error in (ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch, ErrorCode.not_leader_or_follower,
                      ErrorCode.unknown_topic_or_partition, ErrorCode.unknown_topic_id):
-            # Our view of who leads in which epoch is out of date: wait for the metadata.
+            # One of us has not seen the latest leader epoch yet: hold this partition back for
+            # a backoff (new metadata also releases it), then try again.
             p.awaiting_metadata = True
+            epoch = p.leader_epoch
+
+            def release() -> None:
+                if p.awaiting_metadata and p.leader_epoch == epoch:
+                    p.awaiting_metadata = False
+                    self.poke()
+
+            self.manager.scheduler.call_later(self.manager.config.replica_fetch_backoff_ms, release)
             return
         if error == ErrorCode.offset_out_of_range:
             leader_end = int(answer.high_watermark)

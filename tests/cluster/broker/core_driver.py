@@ -1,24 +1,50 @@
 """Drives the sans-I/O broker core the way a runtime does: encoded requests in (through the
-real codec), responses out, on a MemoryDisk with virtual time and a seeded RNG."""
+real codec), responses out, on a MemoryDisk with virtual time and a seeded RNG.
+
+The broker runs in combined mode, as `broker_main` does without controller.quorum.voters:
+the controller core lives in the same "process" (same disk, data under DATA_DIR/controller,
+same host on its own port), and the broker reaches it over the virtual network with real
+frames. A restart restarts both, as it restarts the process.
+"""
 
 from __future__ import annotations
 
 import io
 import random
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import kio.index
 from kio.serial import entity_reader, entity_writer
 
 from cluster.broker.broker import Broker
-from cluster.broker.env import ClientInfo, Response
+from cluster.broker.env import ClientInfo, Endpoint, Response
 from cluster.config import BrokerConfig
+from cluster.controller.config import ControllerConfig
+from cluster.controller.core import Controller
 from cluster.protocol.codec import build, decode_request
 from cluster.runtime.virtual_time import VirtualClock, VirtualScheduler
+from cluster.sim.network import NodeScheduler, SimNode, VirtualNetwork, VirtualOutbound
 from cluster.storage.disk import MemoryDisk
 
 DATA_DIR = "/data"
+HOST = "127.0.0.10"
+PORT = 9092
+CONTROLLER_PORT = 9093
+BROKER_ID = 0
+# Combined mode: the controller shares the broker's node id, as in KRaft's combined mode.
+CONTROLLER_ENDPOINT = Endpoint(BROKER_ID, HOST, CONTROLLER_PORT)
+# Fast heartbeats and sessions, so a restarted broker re-registers in little virtual time.
+DRIVER_DEFAULTS = {
+    "group.initial.rebalance.delay.ms": "0",
+    "offsets.topic.num.partitions": "3",
+    "offsets.topic.replication.factor": "1",
+    "broker.heartbeat.interval.ms": "100",
+    "broker.session.timeout.ms": "400",
+}
+STARTUP_LIMIT_MS = 10_000
+STEP_MS = 1
 
 
 class Pending:
@@ -56,26 +82,64 @@ class CoreDriver:
         self.disk = MemoryDisk()
         self.clock = VirtualClock()
         self.scheduler = VirtualScheduler(self.clock)
-        self.properties = {"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "3", **(properties or {})}
+        # Zero latency: the broker-controller hop adds no virtual time, so tests that count
+        # milliseconds see only the broker's own timers.
+        self.network = VirtualNetwork(self.scheduler, random.Random(seed), min_latency_ms=0.0, max_latency_ms=0.0)
+        self.properties = {**DRIVER_DEFAULTS, **(properties or {})}
         self.seed = seed
-        self.broker = self._new_broker()
+        self.controller: Controller | None = None
+        self._node_scheduler: NodeScheduler | None = None
+        self._outbound: VirtualOutbound | None = None
+        self.network.add_node(SimNode(CONTROLLER_ENDPOINT, self._controller_handle, Controller.versions))
+        self.broker = self._start()
         self._correlation = 0
 
-    def _new_broker(self) -> Broker:
-        config = BrokerConfig.from_properties(0, "127.0.0.10", 9092, DATA_DIR, self.properties)
-        broker = Broker(config, self.disk, self.clock, self.scheduler, random.Random(self.seed))
+    def _controller_handle(self, request: Any, client: Any, reply: Any) -> None:
+        assert self.controller is not None, "request delivered to a stopped controller"
+        self.controller.handle(request, client, reply)
+
+    def _start(self) -> Broker:
+        self.network.revive(HOST)
+        self._node_scheduler = NodeScheduler(self.scheduler, self.network, HOST)
+        self._outbound = self.network.outbound_for(HOST)
+        rng = random.Random(self.seed)
+        controller_config = ControllerConfig.from_properties(BROKER_ID, HOST, CONTROLLER_PORT, f"{DATA_DIR}/controller", self.properties)
+        self.controller = Controller(controller_config, self.disk, self.clock, self._node_scheduler, random.Random(rng.getrandbits(64)))
+        self.controller.start()
+        config = BrokerConfig.from_properties(BROKER_ID, HOST, PORT, DATA_DIR, self.properties)
+        broker = Broker(config, self.disk, self.clock, self._node_scheduler, random.Random(rng.getrandbits(64)), self._outbound,
+                        CONTROLLER_ENDPOINT)
         broker.start()
+        self.broker = broker
+        self.run_until(lambda: broker.ready, STARTUP_LIMIT_MS, "the broker registered and unfenced")
         return broker
 
     def restart(self, crash: bool = False) -> None:
-        """Clean restart, or with `crash` a power loss (unfsynced bytes dropped)."""
+        """Restart the process: clean, or with `crash` a power loss (timers die, connections
+        reset, unfsynced bytes dropped)."""
+        assert self._node_scheduler is not None and self._outbound is not None and self.controller is not None
         if crash:
-            self.broker._running = False
+            self._node_scheduler.halt()
+            self._outbound.dead = True
+            self.network.crash(HOST)
             self.disk.crash()
         else:
             self.broker.shutdown()
+            self.controller.shutdown()
+            self._node_scheduler.halt()
+            self._outbound.dead = True
+            self.network.crash(HOST)
+        self.controller = None
         self.seed += 1
-        self.broker = self._new_broker()
+        self._start()
+
+    def run_until(self, predicate: Callable[[], bool], limit_ms: float, what: str) -> None:
+        waited = 0.0
+        while not predicate():
+            if waited >= limit_ms:
+                raise AssertionError(f"{what}: not reached within {limit_ms:.0f} virtual ms")
+            self.scheduler.advance(STEP_MS)
+            waited += STEP_MS
 
     def send(self, api_key: int, api_version: int, client_id: str = "tester", **fields: Any) -> Pending:
         schema = kio.index.load_request_schema(api_key, api_version)
@@ -89,9 +153,11 @@ class CoreDriver:
         self.broker.handle(request, ClientInfo(client_id, "/127.0.0.1"), pending)
         return pending
 
-    def call(self, api_key: int, api_version: int, **fields: Any) -> Any:
+    def call(self, api_key: int, api_version: int, wait_ms: float = 10_000, **fields: Any) -> Any:
+        """Send and run virtual time until answered (requests forwarded to the controller and
+        commits waiting for replication answer later)."""
         pending = self.send(api_key, api_version, **fields)
-        assert pending.done, "expected an immediate answer"
+        self.run_until(lambda: pending.done, wait_ms, f"an answer to API {api_key} v{api_version}")
         return pending.body
 
     @staticmethod

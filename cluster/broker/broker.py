@@ -26,7 +26,7 @@ from cluster.broker.groups import Group, GroupCoordinator, OffsetToCommit
 from cluster.broker.offsets_log import GroupRecord, OffsetRecord, decode_batch, group_batch, offset_commit_batch, partition_for_group
 from cluster.broker.partition import Partition, TopicPartition
 from cluster.broker.producer_ids import ProducerIdAllocator
-from cluster.broker.replica_manager import ReplicaManager
+from cluster.broker.replica_manager import ReplicaManager, RoleChanges
 from cluster.broker.topics import OFFSETS_TOPIC
 from cluster.config import BrokerConfig
 from cluster.metadata.image import MetadataDelta, MetadataImage, TopicImage
@@ -39,6 +39,10 @@ from cluster.storage.disk import Disk
 log = logging.getLogger(__name__)
 NO_THROTTLE = datetime.timedelta(0)
 GROUP_APIS = frozenset({ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP, ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH})
+# Kafka's offsets.commit.timeout.ms default: how long a commit waits for the ISR.
+OFFSETS_COMMIT_TIMEOUT_MS = 5000
+# __consumer_offsets bytes replayed per scheduler turn while loading a partition's groups.
+LOAD_CHUNK_BYTES = 1 << 20
 
 
 class ImageTopics:
@@ -76,8 +80,10 @@ class Broker:
         self.topics = ImageTopics(self.controller_client)
         self.producer_ids = ProducerIdAllocator(self.controller_client)
         self.groups = GroupCoordinator(config, clock, scheduler, rng, self._persist_offsets, self._persist_group)
-        # __consumer_offsets partitions whose groups this broker has loaded and coordinates.
+        # __consumer_offsets partitions whose groups this broker has loaded and coordinates,
+        # and those it leads and is still loading (partition -> the leader epoch loading).
         self._coordinating: set[int] = set()
+        self._loading: dict[int, int] = {}
         self._offsets_topic_requested = False
         self._topic_waiters: list[Callable[[], bool]] = []
         self._timers: list[TimerHandle] = []
@@ -177,13 +183,7 @@ class Broker:
         changes = self.replicas.apply_metadata(image, delta)
         for topic in delta.removed_topics:
             self.groups.forget_topic(topic.name)
-        for tp in changes.became_leader:
-            if tp.topic == OFFSETS_TOPIC:
-                self._load_groups(tp.partition)
-        for tp in changes.became_follower + changes.removed:
-            if tp.topic == OFFSETS_TOPIC and tp.partition in self._coordinating:
-                self._coordinating.discard(tp.partition)
-                log.info("no longer coordinating the groups of %s", tp)
+        self._on_offsets_leadership(changes)
         if self._topic_waiters:
             self._topic_waiters = [w for w in self._topic_waiters if not w()]
 
@@ -200,10 +200,11 @@ class Broker:
         if handler is None:
             reply(Response(None, close_connection=True, close_reason=f"no handler for API key {request.api_key}"))
             return
-        if request.api_key in GROUP_APIS:
-            group_ids = [g.group_id for g in request.body.groups] if request.api_key == ApiKey.OFFSET_FETCH and request.api_version >= 8 else [request.body.group_id]
-            if not all(self.coordinates(g) for g in group_ids):
-                self.not_coordinator(request, reply)
+        # OffsetFetch v8+ names several groups and is answered per group by its handler.
+        if request.api_key in GROUP_APIS and not (request.api_key == ApiKey.OFFSET_FETCH and request.api_version >= 8):
+            refused = self.group_error(request.body.group_id)
+            if refused is not ErrorCode.none:
+                self.group_error_response(request, refused, reply)
                 return
         handler(request, client, reply)
 
@@ -317,66 +318,116 @@ class Broker:
 
         self.controller_client.create_topics(body, version, done)
 
-    def coordinates(self, group_id: str) -> bool:
-        """Whether this broker leads the group's __consumer_offsets partition and has
-        loaded its groups."""
+    # ---- groups: coordination per __consumer_offsets partition ---------------------------
+
+    def group_error(self, group_id: str) -> ErrorCode:
+        """none when this broker coordinates `group_id` now; COORDINATOR_LOAD_IN_PROGRESS while
+        it loads the group's partition; NOT_COORDINATOR otherwise (the client looks again)."""
         offsets = self.topics.by_name(OFFSETS_TOPIC)
-        if offsets is None:
-            return False
+        if offsets is None or offsets.num_partitions == 0:
+            return ErrorCode.not_coordinator
         index = partition_for_group(group_id, offsets.num_partitions)
+        if index in self._loading:
+            return ErrorCode.coordinator_load_in_progress
         partition = self.partition(OFFSETS_TOPIC, index)
-        return partition is not None and partition.is_leader and index in self._coordinating
+        if index in self._coordinating and partition is not None and partition.is_leader:
+            return ErrorCode.none
+        return ErrorCode.not_coordinator
 
-    def offsets_partition_for(self, group_id: str) -> Partition:
-        index = partition_for_group(group_id, self.topics.by_name(OFFSETS_TOPIC).num_partitions)  # type: ignore[union-attr]
-        partition = self.partition(OFFSETS_TOPIC, index)
-        assert partition is not None, f"{OFFSETS_TOPIC}-{index} is missing"
-        return partition
+    def coordinates(self, group_id: str) -> bool:
+        return self.group_error(group_id) is ErrorCode.none
 
-    # The coordinator writes its records as the partition's leader; replication to the
-    # followers is asynchronous (acks=1 semantics for commits), so a commit acknowledged just
-    # before the coordinator's broker dies can be lost. Kafka waits for acks=-1 here.
-    def _persist_offsets(self, group_id: str, offsets: list[OffsetToCommit], now_ms: int) -> None:
-        self.offsets_partition_for(group_id).append_internal(
-            lambda base, epoch: offset_commit_batch(group_id, offsets, now_ms, base, epoch), now_ms
-        )
+    def _offsets_tp(self, group_id: str) -> TopicPartition:
+        offsets = self.topics.by_name(OFFSETS_TOPIC)
+        assert offsets is not None, f"{OFFSETS_TOPIC} does not exist"
+        return TopicPartition(OFFSETS_TOPIC, partition_for_group(group_id, offsets.num_partitions))
 
-    def _persist_group(self, group: Group) -> None:
+    def _persist_offsets(self, group_id: str, offsets: list[OffsetToCommit], now_ms: int, done: Callable[[ErrorCode], None]) -> None:
+        self._append_group_records(group_id, lambda base, epoch: offset_commit_batch(group_id, offsets, now_ms, base, epoch), now_ms,
+                                   lambda error: done(offset_commit_error(error)))
+
+    def _persist_group(self, group: Group, done: Callable[[ErrorCode], None]) -> None:
         now_ms = self.clock.wall_ms()
-        self.offsets_partition_for(group.group_id).append_internal(
+        self._append_group_records(
+            group.group_id,
             lambda base, epoch: group_batch(group.group_id, group.generation_id, group.protocol_type, group.protocol_name, now_ms, base, epoch),
-            now_ms,
-        )
+            now_ms, lambda error: done(group_store_error(error)))
 
-    def _load_groups(self, index: int) -> None:
-        """This broker now leads __consumer_offsets-`index`: replay its whole log (a new leader
-        holds every committed record) into the coordinator."""
+    def _append_group_records(self, group_id: str, build_batch: Callable[[int, int], bytes], now_ms: int,
+                              done: Callable[[ErrorCode], None]) -> None:
+        """Append as the offsets partition's leader with acks=-1 semantics: `done` once the
+        ISR has the records (a commit acknowledged then survives the coordinator's loss)."""
+        try:
+            self.replicas.append_internal(self._offsets_tp(group_id), build_batch, now_ms, done, OFFSETS_COMMIT_TIMEOUT_MS)
+        except OSError as error:
+            log.error("appending group records of %s failed: %s", group_id, error)
+            done(ErrorCode.kafka_storage_error)
+
+    def _on_offsets_leadership(self, changes: RoleChanges) -> None:
+        for tp in changes.became_follower + changes.removed:
+            if tp.topic == OFFSETS_TOPIC:
+                self._unload_groups(tp.partition)
+        for tp in changes.became_leader:
+            if tp.topic == OFFSETS_TOPIC:
+                self._unload_groups(tp.partition)  # a stale load of an earlier leadership
+                self._begin_loading(tp.partition)
+
+    def _begin_loading(self, index: int) -> None:
+        """This broker now leads __consumer_offsets-`index`: replay its log (a new leader holds
+        every committed record) into the coordinator, a chunk per scheduler turn, answering
+        COORDINATOR_LOAD_IN_PROGRESS for its groups meanwhile."""
         partition = self.partition(OFFSETS_TOPIC, index)
         if partition is None:
             return
+        epoch = partition.leader_epoch
+        self._loading[index] = epoch
         tp = partition.tp
-        position = partition.log_start_offset
-        loaded = 0
-        while position < partition.log_end_offset:
-            batches = partition.read_for_replica(position, 1 << 20)
-            if not batches:
-                break
+        position = [partition.log_start_offset]
+        loaded = [0]
+        log.info("%s: leader in epoch %d: loading its groups (log %d-%d)", tp, epoch, partition.log_start_offset, partition.log_end_offset)
+
+        def step() -> None:
+            if not self._running or self._loading.get(index) != epoch:
+                return  # stopped, or leadership changed while loading
+            current = self.partition(OFFSETS_TOPIC, index)
+            if current is None or not current.is_leader or current.leader_epoch != epoch:
+                self._loading.pop(index, None)
+                return
+            end = current.log_end_offset
+            batches = current.read_for_replica(position[0], LOAD_CHUNK_BYTES) if position[0] < end else []
             for batch in batches:
                 for record in decode_batch(batch, str(tp)):
-                    loaded += 1
+                    loaded[0] += 1
                     if isinstance(record, OffsetRecord):
                         if self.topics.by_name(record.topic) is not None:
                             self.groups.restore_offset(record.group_id, record.topic, record.partition, record.committed)
                     elif isinstance(record, GroupRecord):
                         self.groups.restore_group(record.group_id, record.generation_id, record.protocol_type, record.protocol_name)
-                position = parse_header(batch).next_offset
-        self._coordinating.add(index)
-        log.info("coordinating the groups of %s: loaded %d records", tp, loaded)
+                position[0] = parse_header(batch).next_offset
+            if batches and position[0] < end:
+                self.scheduler.call_later(0, step)
+                return
+            del self._loading[index]
+            self._coordinating.add(index)
+            log.info("%s: coordinating its groups (epoch %d): loaded %d records", tp, epoch, loaded[0])
 
-    def not_coordinator(self, request: Request, reply: Reply) -> None:
-        """Answer a group request for a group this broker does not coordinate."""
+        self.scheduler.call_later(0, step)
+
+    def _unload_groups(self, index: int) -> None:
+        was_loading = self._loading.pop(index, None) is not None
+        if index not in self._coordinating and not was_loading:
+            return
+        self._coordinating.discard(index)
+        offsets = self.topics.by_name(OFFSETS_TOPIC)
+        count = offsets.num_partitions if offsets is not None else 0
+        gone = [g for g in self.groups.groups if count == 0 or partition_for_group(g, count) == index]
+        self.groups.unload(gone)
+        log.info("%s-%d: no longer coordinating its groups: unloaded %d", OFFSETS_TOPIC, index, len(gone))
+
+    def group_error_response(self, request: Request, error: ErrorCode, reply: Reply) -> None:
+        """Answer a group request with a coordinator error (NOT_COORDINATOR,
+        COORDINATOR_LOAD_IN_PROGRESS) in the shape of its API and version."""
         version = request.api_version
-        error = ErrorCode.not_coordinator
         cls = response_class(request.api_key, version)
         body = request.body
         if request.api_key == ApiKey.OFFSET_COMMIT:
@@ -385,12 +436,29 @@ class Broker:
             topics = tuple(build(topic_cls, name=t.name, partitions=tuple(build(partition_cls, partition_index=p.partition_index, error_code=error)
                                                                           for p in t.partitions)) for t in body.topics)
             response = build(cls, throttle_time=NO_THROTTLE, topics=topics)
-        elif request.api_key == ApiKey.OFFSET_FETCH and version >= 8:
-            group_cls = payload_class(ApiKey.OFFSET_FETCH, version, "OffsetFetchResponseGroup")
-            response = build(cls, throttle_time=NO_THROTTLE, groups=tuple(build(group_cls, group_id=g.group_id, topics=(), error_code=error)
-                                                                          for g in body.groups))
         else:
             response = build(cls, throttle_time=NO_THROTTLE, error_code=error, generation_id=-1, protocol_type=None,
                              protocol_name=None if version >= 7 else "", leader="", skip_assignment=False, member_id="", members=(),
                              assignment=b"", topics=())
         reply(self.respond(request, response))
+
+
+def offset_commit_error(error: ErrorCode) -> ErrorCode:
+    """What a client is told when appending its offset commit failed (Kafka's
+    GroupMetadataManager.storeOffsets mapping): retriable coordinator errors, so the client
+    looks the coordinator up again and retries."""
+    if error in (ErrorCode.unknown_topic_or_partition, ErrorCode.not_enough_replicas, ErrorCode.not_enough_replicas_after_append,
+                 ErrorCode.request_timed_out):
+        return ErrorCode.coordinator_not_available
+    if error in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
+        return ErrorCode.not_coordinator
+    if error in (ErrorCode.message_too_large, ErrorCode.record_list_too_large, ErrorCode.invalid_fetch_size):
+        return ErrorCode.invalid_commit_offset_size
+    return error
+
+
+def group_store_error(error: ErrorCode) -> ErrorCode:
+    """The same mapping for the group record written at SyncGroup (GroupMetadataManager.storeGroup)."""
+    if error in (ErrorCode.message_too_large, ErrorCode.record_list_too_large, ErrorCode.invalid_fetch_size):
+        return ErrorCode.unknown_server_error
+    return offset_commit_error(error)

@@ -105,6 +105,8 @@ def handle_leave_group(broker: Broker, request: Request, reply: Reply) -> None:
 
 
 def handle_offset_commit(broker: Broker, request: Request, reply: Reply) -> None:
+    """Validate, append to __consumer_offsets, and answer once the append is committed (or
+    failed: the error already mapped as Kafka's coordinator maps it)."""
     body = request.body
     version = request.api_version
     topic_cls = payload_class(ApiKey.OFFSET_COMMIT, version, "OffsetCommitResponseTopic")
@@ -114,11 +116,12 @@ def handle_offset_commit(broker: Broker, request: Request, reply: Reply) -> None
     errors: list[list[ErrorCode]] = []
     for topic in body.topics:
         topic_errors = []
+        info = broker.topics.by_name(topic.name)
         for p in topic.partitions:
             metadata = p.committed_metadata or ""
             if group_error is not ErrorCode.none:
                 topic_errors.append(group_error)
-            elif broker.partition(topic.name, p.partition_index) is None:
+            elif info is None or p.partition_index not in info.partitions:
                 topic_errors.append(ErrorCode.unknown_topic_or_partition)
             elif len(metadata.encode()) > broker.config.offset_metadata_max_bytes:
                 topic_errors.append(ErrorCode.offset_metadata_too_large)
@@ -126,16 +129,20 @@ def handle_offset_commit(broker: Broker, request: Request, reply: Reply) -> None
                 topic_errors.append(ErrorCode.none)
                 accepted.append(OffsetToCommit(topic.name, p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1), metadata))
         errors.append(topic_errors)
+
+    def answer(stored: ErrorCode) -> None:
+        outcome = [[stored if e is ErrorCode.none else e for e in t] for t in errors]
+        topics = tuple(
+            build(topic_cls, name=topic.name, partitions=tuple(build(partition_cls, partition_index=p.partition_index, error_code=e)
+                                                               for p, e in zip(topic.partitions, topic_errors)))
+            for topic, topic_errors in zip(body.topics, outcome)
+        )
+        reply(broker.respond(request, build(response_class(ApiKey.OFFSET_COMMIT, version), throttle_time=NO_THROTTLE, topics=topics)))
+
     if accepted:
-        try:
-            broker.groups.commit(body.group_id, accepted)
-        except OSError:
-            errors = [[ErrorCode.coordinator_not_available if e is ErrorCode.none else e for e in t] for t in errors]
-    topics = tuple(
-        build(topic_cls, name=topic.name, partitions=tuple(build(partition_cls, partition_index=p.partition_index, error_code=e) for p, e in zip(topic.partitions, topic_errors)))
-        for topic, topic_errors in zip(body.topics, errors)
-    )
-    reply(broker.respond(request, build(response_class(ApiKey.OFFSET_COMMIT, version), throttle_time=NO_THROTTLE, topics=topics)))
+        broker.groups.commit(body.group_id, accepted, answer)
+    else:
+        answer(ErrorCode.none)
 
 
 def _offsets_for(broker: Broker, version: int, group_id: str, topics: Any, topic_cls: type, partition_cls: type) -> tuple[Any, ...]:
@@ -180,11 +187,12 @@ def handle_offset_fetch(broker: Broker, request: Request, reply: Reply) -> None:
     group_cls = payload_class(ApiKey.OFFSET_FETCH, version, "OffsetFetchResponseGroup")
     topic_cls = payload_class(ApiKey.OFFSET_FETCH, version, "OffsetFetchResponseTopics")
     partition_cls = payload_class(ApiKey.OFFSET_FETCH, version, "OffsetFetchResponsePartitions")
-    groups = tuple(
-        build(group_cls, group_id=g.group_id, topics=_offsets_for(broker, version, g.group_id, g.topics, topic_cls, partition_cls), error_code=ErrorCode.none)
-        for g in body.groups
-    )
-    reply(broker.respond(request, build(cls, throttle_time=NO_THROTTLE, groups=groups)))
+    groups = []
+    for g in body.groups:
+        error = broker.group_error(g.group_id)
+        topics = _offsets_for(broker, version, g.group_id, g.topics, topic_cls, partition_cls) if error is ErrorCode.none else ()
+        groups.append(build(group_cls, group_id=g.group_id, topics=topics, error_code=error))
+    reply(broker.respond(request, build(cls, throttle_time=NO_THROTTLE, groups=tuple(groups))))
 
 
 def handle_describe_groups(broker: Broker, request: Request, reply: Reply) -> None:

@@ -9,7 +9,11 @@ timeout) so that consumers starting together land in one generation. Session exp
 on the injected scheduler.
 
 Answers to JoinGroup and SyncGroup may come later than the request (parked until the
-rebalance completes), so they are delivered through callbacks.
+rebalance completes), so they are delivered through callbacks. Offset commits and the group
+record written when a generation's assignment is settled are answered only once
+`__consumer_offsets` has committed them (the persist callbacks report the outcome, already
+mapped to the error a client should see). A group whose offsets partition this broker stops
+leading is unloaded: its parked requests are answered NOT_COORDINATOR.
 """
 
 from __future__ import annotations
@@ -115,11 +119,17 @@ class Group:
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
     # Member ids handed out with MEMBER_ID_REQUIRED, expiring after a session timeout.
     pending_members: dict[str, TimerHandle] = field(default_factory=dict)
+    # The leader's assignment is being written to __consumer_offsets; syncs wait for it.
+    storing_assignment: bool = False
+
+
+PersistDone = Callable[[ErrorCode], None]
 
 
 class GroupCoordinator:
-    """All groups this broker coordinates. `persist_offsets` and `persist_group` write the
-    commit/generation records to __consumer_offsets; the caller answers only after they return."""
+    """All groups this broker coordinates. `persist_offsets` and `persist_group` append the
+    commit/generation records to __consumer_offsets and call their `done` with the error the
+    client should see (none once committed)."""
 
     def __init__(
         self,
@@ -127,8 +137,8 @@ class GroupCoordinator:
         clock: Clock,
         scheduler: Scheduler,
         rng: Rng,
-        persist_offsets: Callable[[str, list[OffsetToCommit], int], None],
-        persist_group: Callable[[Group], None],
+        persist_offsets: Callable[[str, list[OffsetToCommit], int, PersistDone], None],
+        persist_group: Callable[[Group, PersistDone], None],
     ) -> None:
         self._config = config
         self._clock = clock
@@ -154,6 +164,32 @@ class GroupCoordinator:
         group.generation_id = generation_id
         group.protocol_type = protocol_type
         group.protocol_name = protocol_name
+
+    def unload(self, group_ids: list[str]) -> None:
+        """Forget groups this broker no longer coordinates (their offsets partition has a new
+        leader, which loads them from the log): timers stop, parked JoinGroup/SyncGroup
+        requests are answered NOT_COORDINATOR so the clients look the coordinator up again."""
+        for group_id in group_ids:
+            group = self.groups.pop(group_id, None)
+            if group is None:
+                continue
+            if group.rebalance_timer is not None:
+                group.rebalance_timer.cancel()
+                group.rebalance_timer = None
+            for timer in group.pending_members.values():
+                timer.cancel()
+            group.pending_members.clear()
+            for member in group.members.values():
+                if member.session_timer is not None:
+                    member.session_timer.cancel()
+                    member.session_timer = None
+                if member.awaiting_join is not None:
+                    callback, member.awaiting_join = member.awaiting_join, None
+                    callback(JoinResult(ErrorCode.not_coordinator, member_id=member.member_id))
+                if member.awaiting_sync is not None:
+                    callback_sync, member.awaiting_sync = member.awaiting_sync, None
+                    callback_sync(SyncResult(ErrorCode.not_coordinator))
+            group.state = GroupState.DEAD
 
     # ---- JoinGroup --------------------------------------------------------------------
 
@@ -315,20 +351,26 @@ class GroupCoordinator:
             group.protocol_name = None
             group.leader_id = None
             log.info("group %s: empty at generation %d", group.group_id, group.generation_id)
-            self._persist_group(group)
+            generation = group.generation_id
+
+            def stored(error: ErrorCode) -> None:
+                if error is not ErrorCode.none:
+                    log.info("group %s: record of empty generation %d not stored: %s", group.group_id, generation, error.name)
+
+            self._persist_group(group, stored)
             return
         group.protocol_type = next(iter(group.members.values())).protocol_type
         group.protocol_name = self._select_protocol(group)
         if group.leader_id not in group.members:
             group.leader_id = next(iter(group.members))
         group.state = GroupState.COMPLETING_REBALANCE
+        group.storing_assignment = False
         for member in group.members.values():
             member.assignment = b""
         log.info(
             "group %s: generation %d with %d members, protocol %s, leader %s",
             group.group_id, group.generation_id, len(group.members), group.protocol_name, group.leader_id,
         )
-        self._persist_group(group)
         for member in list(group.members.values()):
             callback, member.awaiting_join = member.awaiting_join, None
             if callback is not None:
@@ -382,17 +424,35 @@ class GroupCoordinator:
             reply(SyncResult(ErrorCode.none, group.protocol_type, group.protocol_name, member.assignment))
         elif group.state is GroupState.COMPLETING_REBALANCE:
             member.awaiting_sync = reply
-            if member_id == group.leader_id:
+            if member_id == group.leader_id and not group.storing_assignment:
                 for m in group.members.values():
                     m.assignment = assignments.get(m.member_id, b"")
-                group.state = GroupState.STABLE
-                log.info("group %s: stable at generation %d", group.group_id, group.generation_id)
-                for m in group.members.values():
-                    if m.awaiting_sync is not None:
-                        callback, m.awaiting_sync = m.awaiting_sync, None
-                        callback(SyncResult(ErrorCode.none, group.protocol_type, group.protocol_name, m.assignment))
+                # As Kafka does, the generation is stored before anyone learns its assignment.
+                group.storing_assignment = True
+                generation = group.generation_id
+                self._persist_group(group, lambda error: self._on_assignment_stored(group, generation, error))
         else:
             reply(SyncResult(ErrorCode.unknown_member_id))
+
+    def _on_assignment_stored(self, group: Group, generation: int, error: ErrorCode) -> None:
+        if group.generation_id != generation or group.state is not GroupState.COMPLETING_REBALANCE:
+            return  # a newer rebalance (or an unload) already answered the parked syncs
+        group.storing_assignment = False
+        if error is not ErrorCode.none:
+            log.info("group %s: generation %d not stored (%s): rebalancing", group.group_id, generation, error.name)
+            for m in group.members.values():
+                m.assignment = b""
+                if m.awaiting_sync is not None:
+                    callback, m.awaiting_sync = m.awaiting_sync, None
+                    callback(SyncResult(error))
+            self._prepare_rebalance(group, f"storing generation {generation} failed with {error.name}")
+            return
+        group.state = GroupState.STABLE
+        log.info("group %s: stable at generation %d", group.group_id, group.generation_id)
+        for m in group.members.values():
+            if m.awaiting_sync is not None:
+                callback, m.awaiting_sync = m.awaiting_sync, None
+                callback(SyncResult(ErrorCode.none, group.protocol_type, group.protocol_name, m.assignment))
 
     # ---- Heartbeat / LeaveGroup / sessions ---------------------------------------------
 
@@ -482,13 +542,19 @@ class GroupCoordinator:
         self._touch_session(group, group.members[member_id])
         return ErrorCode.none
 
-    def commit(self, group_id: str, offsets: list[OffsetToCommit]) -> None:
-        """Persist then apply offsets already validated with `validate_commit`."""
+    def commit(self, group_id: str, offsets: list[OffsetToCommit], done: PersistDone) -> None:
+        """Persist offsets already validated with `validate_commit`; once committed in
+        __consumer_offsets they become visible to OffsetFetch and `done(none)` is called."""
         now_ms = self._clock.wall_ms()
-        self._persist_offsets(group_id, offsets, now_ms)
         group = self.groups.setdefault(group_id, Group(group_id))
-        for o in offsets:
-            group.offsets[(o.topic, o.partition)] = CommittedOffset(o.offset, o.leader_epoch, o.metadata, now_ms)
+
+        def stored(error: ErrorCode) -> None:
+            if error is ErrorCode.none and self.groups.get(group_id) is group:
+                for o in offsets:
+                    group.offsets[(o.topic, o.partition)] = CommittedOffset(o.offset, o.leader_epoch, o.metadata, now_ms)
+            done(error)
+
+        self._persist_offsets(group_id, offsets, now_ms, stored)
 
     def committed(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
         group = self.groups.get(group_id)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import kio.index
+from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
 from cluster.broker.broker import Broker
@@ -24,6 +25,7 @@ from cluster.config import BrokerConfig
 from cluster.controller.config import ControllerConfig
 from cluster.controller.core import Controller
 from cluster.protocol.codec import build, decode_request
+from cluster.protocol.versions import ApiKey
 from cluster.runtime.virtual_time import VirtualClock, VirtualScheduler
 from cluster.sim.network import NodeScheduler, SimNode, VirtualNetwork, VirtualOutbound
 from cluster.storage.disk import MemoryDisk
@@ -35,13 +37,15 @@ CONTROLLER_PORT = 9093
 BROKER_ID = 0
 # Combined mode: the controller shares the broker's node id, as in KRaft's combined mode.
 CONTROLLER_ENDPOINT = Endpoint(BROKER_ID, HOST, CONTROLLER_PORT)
-# Fast heartbeats and sessions, so a restarted broker re-registers in little virtual time.
+# Fast heartbeats and short sessions, so a restarted broker re-registers in little virtual
+# time; the session outlasts the controller's 500 ms metadata long poll, which a heartbeat on
+# the same connection waits behind.
 DRIVER_DEFAULTS = {
     "group.initial.rebalance.delay.ms": "0",
     "offsets.topic.num.partitions": "3",
     "offsets.topic.replication.factor": "1",
     "broker.heartbeat.interval.ms": "100",
-    "broker.session.timeout.ms": "400",
+    "broker.session.timeout.ms": "1500",
 }
 STARTUP_LIMIT_MS = 10_000
 STEP_MS = 1
@@ -159,6 +163,16 @@ class CoreDriver:
         pending = self.send(api_key, api_version, **fields)
         self.run_until(lambda: pending.done, wait_ms, f"an answer to API {api_key} v{api_version}")
         return pending.body
+
+    def find_coordinator(self, group_id: str) -> Any:
+        return self.call(ApiKey.FIND_COORDINATOR, 3, key=group_id, key_type=0)
+
+    def await_coordinator(self, *group_ids: str) -> None:
+        """What a client does before its first group request: FindCoordinator (the first one
+        creates __consumer_offsets) until this broker coordinates each group."""
+        for group_id in group_ids or ("g",):
+            self.run_until(lambda: self.find_coordinator(group_id).error_code is ErrorCode.none, 10_000, f"a coordinator for {group_id}")
+            self.run_until(lambda: self.broker.coordinates(group_id), 10_000, f"group {group_id} loaded")
 
     @staticmethod
     def request_class(api_key: int, api_version: int, name: str) -> type:

@@ -13,6 +13,15 @@ from tests.cluster.broker.core_driver import CoreDriver, Pending
 from tests.cluster.broker.requests import create_topic
 
 SESSION_MS = 6000
+GROUPS = ("g", "h", "v3", "standalone", "never-seen")
+
+
+def group_driver(properties: dict[str, str] | None = None) -> CoreDriver:
+    """A broker that coordinates every group these tests use (after FindCoordinator has
+    created __consumer_offsets and the broker has loaded its partitions)."""
+    driver = CoreDriver(properties)
+    driver.await_coordinator(*GROUPS)
+    return driver
 
 
 def send_join(driver: CoreDriver, member_id: str = "", group: str = "g", protocols=(("range", b"meta"),), version: int = 5) -> Pending:
@@ -88,7 +97,7 @@ def _form_group_of_two(driver: CoreDriver) -> tuple[str, str, int]:
 
 
 def test_two_members_form_a_generation_and_get_their_assignments() -> None:
-    driver = CoreDriver()
+    driver = group_driver()
     a, b, generation = _form_group_of_two(driver)
     assert heartbeat(driver, a, generation) is ErrorCode.none
     assert heartbeat(driver, b, generation - 1) is ErrorCode.illegal_generation
@@ -96,7 +105,7 @@ def test_two_members_form_a_generation_and_get_their_assignments() -> None:
 
 
 def test_session_expiry_removes_a_silent_member_and_rebalances() -> None:
-    driver = CoreDriver()
+    driver = group_driver()
     a, b, generation = _form_group_of_two(driver)
     for _ in range(4):
         driver.scheduler.advance(SESSION_MS / 2)
@@ -108,7 +117,7 @@ def test_session_expiry_removes_a_silent_member_and_rebalances() -> None:
 
 
 def test_leave_group_v3_members_array() -> None:
-    driver = CoreDriver()
+    driver = group_driver()
     a, b, _ = _form_group_of_two(driver)
     identity = driver.request_class(ApiKey.LEAVE_GROUP, 4, "MemberIdentity")
     body = driver.call(ApiKey.LEAVE_GROUP, 4, group_id="g", members=(identity(member_id=b, group_instance_id=None), identity(member_id="ghost", group_instance_id=None)))
@@ -117,7 +126,7 @@ def test_leave_group_v3_members_array() -> None:
 
 
 def test_commits_are_fenced_by_generation_and_member() -> None:
-    driver = CoreDriver()
+    driver = group_driver()
     create_topic(driver, "t", 1)
     a, b, generation = _form_group_of_two(driver)
     assert commit(driver, a, generation, 10) is ErrorCode.none
@@ -130,21 +139,23 @@ def test_commits_are_fenced_by_generation_and_member() -> None:
 
 
 def test_offsets_and_generation_survive_restart_and_crash() -> None:
-    driver = CoreDriver({"log.flush.interval.messages": "1"})
+    driver = group_driver({"log.flush.interval.messages": "1"})
     create_topic(driver, "t", 1)
     a, _, generation = _form_group_of_two(driver)
     assert commit(driver, a, generation, 42) is ErrorCode.none
     driver.restart()
+    driver.await_coordinator(*GROUPS)
     assert fetch_offset(driver) == 42
     assert heartbeat(driver, a, generation) is ErrorCode.unknown_member_id  # members rejoin after a restart
     fresh = join(driver)
     assert fresh.body.generation_id == generation + 1  # generations never repeat
     driver.restart(crash=True)
+    driver.await_coordinator(*GROUPS)
     assert fetch_offset(driver) == 42
 
 
 def test_initial_rebalance_delay_gathers_members_into_one_generation() -> None:
-    driver = CoreDriver({"group.initial.rebalance.delay.ms": "3000"})
+    driver = group_driver({"group.initial.rebalance.delay.ms": "3000"})
     first = join(driver)
     driver.scheduler.advance(2000)
     second = join(driver)  # arrives within the delay and extends it to 2000 + 3000 ms
@@ -156,7 +167,7 @@ def test_initial_rebalance_delay_gathers_members_into_one_generation() -> None:
 
 
 def test_describe_and_list_groups() -> None:
-    driver = CoreDriver()
+    driver = group_driver()
     a, b, _ = _form_group_of_two(driver)
     described = driver.call(ApiKey.DESCRIBE_GROUPS, 5, groups=("g", "unknown"), include_authorized_operations=False).groups
     assert described[0].group_state == "Stable" and described[0].protocol_data == "range"
@@ -167,7 +178,7 @@ def test_describe_and_list_groups() -> None:
 
 
 def test_join_rejects_bad_session_timeouts_and_inconsistent_protocols() -> None:
-    driver = CoreDriver()
+    driver = group_driver()
     first = join(driver)
     assert first.body.error_code is ErrorCode.none
     other = join(driver, protocols=(("roundrobin", b""),))
@@ -180,7 +191,7 @@ def test_join_rejects_bad_session_timeouts_and_inconsistent_protocols() -> None:
 
 
 def test_member_id_required_from_v4_and_expiry_of_unused_ids() -> None:
-    driver = CoreDriver()
+    driver = group_driver()
     first = send_join(driver)
     assert first.body.error_code is ErrorCode.member_id_required and first.body.member_id.startswith("tester-")
     assert driver.broker.groups.groups["g"].members == {}

@@ -57,6 +57,7 @@ def test_delete_topic_wakes_parked_fetches_and_forgets_the_topic() -> None:
     assert [(r.name, r.error_code) for r in body.responses] == [("doomed", ErrorCode.none), ("never-was", ErrorCode.unknown_topic_or_partition)]
     assert parked.done and parked.body.responses[0].partitions[0].error_code is ErrorCode.unknown_topic_or_partition
     assert metadata(driver, ["doomed"], auto_create=False).topics[0].error_code is ErrorCode.unknown_topic_or_partition
+    driver.await_coordinator()  # FindCoordinator creates the offsets topic
     internal = driver.call(ApiKey.DELETE_TOPICS, 4, topic_names=("__consumer_offsets",), timeout=datetime.timedelta(seconds=5))
     assert internal.responses[0].error_code is ErrorCode.topic_deletion_disabled
     create_topic(driver, "doomed", 2)  # the name is free again

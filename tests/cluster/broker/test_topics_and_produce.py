@@ -26,7 +26,7 @@ def test_create_topic_then_metadata_shows_ids_and_epochs() -> None:
     bad = create_topic(driver, "no spaces allowed", 1)
     assert bad.topics[0].error_code is ErrorCode.invalid_topic_exception
     huge = create_topic(driver, "huge", 2**31 - 1)  # must be refused, not built
-    assert huge.topics[0].error_code is ErrorCode.invalid_partitions and "limit" in huge.topics[0].error_message
+    assert huge.topics[0].error_code is ErrorCode.invalid_partitions and "10000" in huge.topics[0].error_message
     body = metadata(driver, ["orders"])
     (topic,) = body.topics
     assert topic.topic_id == topic_id(driver, "orders") and topic.topic_id.int != 0
@@ -47,8 +47,14 @@ def test_metadata_auto_creates_only_when_allowed() -> None:
     driver = CoreDriver()
     refused = metadata(driver, ["lazy"], auto_create=False)
     assert refused.topics[0].error_code is ErrorCode.unknown_topic_or_partition
+    # The controller creates it; until this broker's image has it the answer is retriable.
+    asked = metadata(driver, ["lazy"], auto_create=True)
+    assert asked.topics[0].error_code is ErrorCode.leader_not_available and asked.topics[0].partitions == ()
+    driver.run_until(lambda: metadata(driver, ["lazy"], auto_create=False).topics[0].error_code is ErrorCode.none, 5000, "lazy created")
     created = metadata(driver, ["lazy"], auto_create=True)
     assert created.topics[0].error_code is ErrorCode.none and len(created.topics[0].partitions) == 1
+    assert created.topics[0].partitions[0].leader_id == 0
+    driver.await_coordinator()  # FindCoordinator creates the offsets topic
     listed = {t.name for t in metadata(driver, None).topics}
     assert {"lazy", "__consumer_offsets"} <= listed
 
@@ -60,7 +66,9 @@ def test_topics_and_ids_survive_restart_with_bumped_epochs() -> None:
     driver.restart()
     (topic,) = metadata(driver, ["kept"], auto_create=False).topics
     assert topic.topic_id == before
-    assert [p.leader_epoch for p in topic.partitions] == [1, 1]
+    # The restarted broker's old registration is fenced (leader -1, epoch 1), then the new
+    # one is unfenced and elected again (epoch 2): every leader change bumps the epoch.
+    assert [p.leader_epoch for p in topic.partitions] == [2, 2]
 
 
 def test_produce_assigns_consecutive_offsets_and_restamps_epoch() -> None:

@@ -85,6 +85,10 @@ class Broker:
         self._coordinating: set[int] = set()
         self._loading: dict[int, int] = {}
         self._offsets_topic_requested = False
+        # Topics being auto-created for Metadata requests, and the controller's last refusal
+        # of one (reported to the next Metadata request for it).
+        self.auto_creating: set[str] = set()
+        self.auto_create_failures: dict[str, ErrorCode] = {}
         self._topic_waiters: list[Callable[[], bool]] = []
         self._timers: list[TimerHandle] = []
         self._running = False
@@ -270,21 +274,22 @@ class Broker:
         body = request.body
         version = request.api_version
         cls = response_class(ApiKey.FIND_COORDINATOR, version)
-        if getattr(body, "key_type", 0) != 0:
-            reply(self.respond(request, build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.coordinator_not_available,
-                                              error_message="transactions are not supported yet", node_id=-1, host="", port=-1,
-                                              coordinators=())))
-            return
         keys = list(body.coordinator_keys) if version >= 4 else [body.key]
-        found = [(key, *self._coordinator_for(key)) for key in keys]
+        if getattr(body, "key_type", 0) != 0:
+            message = "transaction coordinators are not supported yet"
+            found = [(key, ErrorCode.coordinator_not_available, -1, "", -1) for key in keys]
+        else:
+            message = None
+            found = [(key, *self._coordinator_for(key)) for key in keys]
         if version >= 4:
             coordinator_cls = payload_class(ApiKey.FIND_COORDINATOR, version, "Coordinator")
-            coordinators = tuple(build(coordinator_cls, key=key, node_id=node, host=host, port=port, error_code=error, error_message=None)
+            coordinators = tuple(build(coordinator_cls, key=key, node_id=node, host=host, port=port, error_code=error, error_message=message)
                                  for key, error, node, host, port in found)
             reply(self.respond(request, build(cls, throttle_time=NO_THROTTLE, coordinators=coordinators)))
             return
         _, error, node, host, port = found[0]
-        reply(self.respond(request, build(cls, throttle_time=NO_THROTTLE, error_code=error, error_message=None, node_id=node, host=host, port=port)))
+        reply(self.respond(request, build(cls, throttle_time=NO_THROTTLE, error_code=error, error_message=message, node_id=node, host=host,
+                                          port=port)))
 
     def _coordinator_for(self, group_id: str) -> tuple[ErrorCode, int, str, int]:
         """(error, node id, host, port) of the group's coordinator: the leader of its
@@ -315,6 +320,10 @@ class Broker:
                 reason = result.error if not result.ok else f"{result.body.topics[0].error_code.name}: {result.body.topics[0].error_message}"
                 log.warning("cannot create %s yet (%s); will ask again", OFFSETS_TOPIC, reason)
                 self._offsets_topic_requested = False
+        # Topics being auto-created for Metadata requests, and the controller's last refusal
+        # of one (reported to the next Metadata request for it).
+        self.auto_creating: set[str] = set()
+        self.auto_create_failures: dict[str, ErrorCode] = {}
 
         self.controller_client.create_topics(body, version, done)
 

@@ -5,7 +5,9 @@ client that creates a topic and then asks for its metadata finds it)."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -20,13 +22,11 @@ from cluster.protocol.versions import ApiKey
 if TYPE_CHECKING:
     from cluster.broker.broker import Broker
 
+log = logging.getLogger(__name__)
 NO_THROTTLE = datetime.timedelta(0)
 # Kafka's sentinel for "authorized operations not requested".
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 _ZERO_UUID = uuid.UUID(int=0)
-# Kafka sets no limit, but each partition costs files and memory; one bad CreateTopics
-# (a fuzzed 2^31 count) must not exhaust the machine.
-MAX_PARTITIONS_PER_TOPIC = 10_000
 
 
 def handle_metadata(broker: Broker, request: Request, reply: Reply) -> None:
@@ -63,8 +63,14 @@ def handle_metadata(broker: Broker, request: Request, reply: Reply) -> None:
             try:
                 check_topic_name(name)
                 if allow_auto_create and not name.startswith("__") and broker.controller_client.registered:
-                    _auto_create(broker, name)
-                    error = ErrorCode.leader_not_available  # retriable: the client asks again
+                    # The last attempt's refusal (say RF above the live brokers) is reported
+                    # once; the next request tries again.
+                    failed = broker.auto_create_failures.pop(name, None)
+                    if failed is not None:
+                        error = failed
+                    else:
+                        _auto_create(broker, name)
+                        error = ErrorCode.leader_not_available  # retriable: the client asks again
             except InvalidTopicError:
                 error = ErrorCode.invalid_topic_exception
             topics.append(build(topic_cls, error_code=error, name=name, topic_id=_ZERO_UUID, is_internal=False,
@@ -86,8 +92,9 @@ def handle_metadata(broker: Broker, request: Request, reply: Reply) -> None:
         topics.append(build(topic_cls, error_code=ErrorCode.none, name=info.name, topic_id=info.topic_id, is_internal=info.is_internal,
                             partitions=tuple(partitions), topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
     listed = [(b.broker_id, b.host, b.port) for b in image.usable_brokers()]
-    if all(node != broker.config.broker_id for node, _, _ in listed):
-        # Always list ourselves: the client reached us and may bootstrap from our answer.
+    if broker.controller_client.registered and all(node != broker.config.broker_id for node, _, _ in listed):
+        # Once registered, list ourselves even before the controller unfences us: the client
+        # reached us and may bootstrap from our answer.
         listed.append((broker.config.broker_id, broker.config.host, broker.config.port))
     broker_entries = [build(broker_cls, node_id=node, host=host, port=port, rack=None) for node, host, port in sorted(listed)]
     response = build(
@@ -106,12 +113,28 @@ def handle_metadata(broker: Broker, request: Request, reply: Reply) -> None:
 
 
 def _auto_create(broker: Broker, name: str) -> None:
+    """Ask the controller for `name` with num.partitions and default.replication.factor (not
+    capped to the live brokers: too few brokers is an error the client sees)."""
+    if name in broker.auto_creating:
+        return
+    broker.auto_creating.add(name)
     version = 5
     topic_cls = payload_class(ApiKey.CREATE_TOPICS, version, "CreatableTopic", EntityType.request)
     body = build(request_class(ApiKey.CREATE_TOPICS, version), topics=(topic_cls(name=name, num_partitions=broker.config.num_partitions,
                  replication_factor=broker.config.default_replication_factor, assignments=(), configs=()),),
                  timeout=datetime.timedelta(seconds=10), validate_only=False)
-    broker.controller_client.create_topics(body, version, lambda result: None)
+
+    def done(result: Any) -> None:
+        broker.auto_creating.discard(name)
+        if not result.ok:
+            log.info("auto-creating topic %s: the controller did not answer (%s); a later Metadata request retries", name, result.error)
+            return
+        answer = result.body.topics[0]
+        if answer.error_code not in (ErrorCode.none, ErrorCode.topic_already_exists):
+            log.warning("auto-creating topic %s refused by the controller: %s (%s)", name, answer.error_code.name, answer.error_message)
+            broker.auto_create_failures[name] = answer.error_code
+
+    broker.controller_client.create_topics(body, version, done)
 
 
 def handle_create_topics(broker: Broker, request: Request, reply: Reply) -> None:
@@ -161,13 +184,32 @@ def _forward(broker: Broker, request: Request, reply: Reply, send: Any, outcome:
                 return True
             return False
 
+        if timeout_ms <= 0:
+            finish(response)  # the client asked not to wait
+            return
         broker.when_metadata(visible)
-        broker.scheduler.call_later(max(timeout_ms, 0.0), lambda: finish(response))
+        broker.scheduler.call_later(timeout_ms, lambda: finish(_timed_out(broker, request, result.body, set(changed))))
 
     if not broker.controller_client.registered:
         finish(_all_failed(broker, request, ErrorCode.not_controller, "this broker has not reached the controller yet"))
         return
     send(request.body, version, done)
+
+
+def _timed_out(broker: Broker, request: Request, body: Any, pending: set[str]) -> Response:
+    """The controller's answer with REQUEST_TIMED_OUT for the topics this broker's image does
+    not show yet (the change is decided, but this broker cannot serve it yet)."""
+    creating = request.api_key == ApiKey.CREATE_TOPICS
+    results = body.topics if creating else body.responses
+
+    def visible(name: str) -> bool:
+        present = broker.topics.by_name(name) is not None
+        return present if creating else not present
+
+    changed = tuple(dataclasses.replace(r, error_code=ErrorCode.request_timed_out, **({"error_message": "timed out waiting for the metadata"}
+                                                                                      if hasattr(r, "error_message") else {}))
+                    if r.name in pending and not visible(r.name) else r for r in results)
+    return broker.respond(request, dataclasses.replace(body, **({"topics": changed} if creating else {"responses": changed})))
 
 
 def _all_failed(broker: Broker, request: Request, error: ErrorCode, message: str | None) -> Response:

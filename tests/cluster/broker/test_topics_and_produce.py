@@ -59,6 +59,37 @@ def test_metadata_auto_creates_only_when_allowed() -> None:
     assert {"lazy", "__consumer_offsets"} <= listed
 
 
+def test_auto_creation_beyond_the_live_brokers_fails_clearly() -> None:
+    driver = CoreDriver({"default.replication.factor": "3"})
+    assert metadata(driver, ["wide"]).topics[0].error_code is ErrorCode.leader_not_available
+    driver.run_until(lambda: "wide" in driver.broker.auto_create_failures, 5000, "the controller's refusal")
+    # Not capped to the one live broker: the client is told why the topic does not exist.
+    assert metadata(driver, ["wide"]).topics[0].error_code is ErrorCode.invalid_replication_factor
+    assert metadata(driver, ["wide"]).topics[0].error_code is ErrorCode.leader_not_available  # asked again
+
+
+def test_find_coordinator_creates_the_offsets_topic_then_names_this_broker() -> None:
+    driver = CoreDriver()
+    assert metadata(driver, ["__consumer_offsets"], auto_create=True).topics[0].error_code is ErrorCode.unknown_topic_or_partition
+    first = driver.find_coordinator("g")
+    assert (first.error_code, first.node_id) == (ErrorCode.coordinator_not_available, -1)
+    driver.await_coordinator("g")
+    found = driver.find_coordinator("g")
+    assert (found.error_code, found.node_id, found.host, found.port) == (ErrorCode.none, 0, "127.0.0.10", 9092)
+    (offsets,) = metadata(driver, ["__consumer_offsets"], auto_create=False).topics
+    assert offsets.is_internal and len(offsets.partitions) == 3
+    transactional = driver.call(ApiKey.FIND_COORDINATOR, 3, key_type=1, key="txn")
+    assert (transactional.error_code, transactional.node_id) == (ErrorCode.coordinator_not_available, -1)
+
+
+def test_offsets_topic_replication_beyond_the_live_brokers_leaves_no_coordinator() -> None:
+    driver = CoreDriver({"offsets.topic.replication.factor": "3"})
+    for _ in range(5):
+        assert driver.find_coordinator("g").error_code is ErrorCode.coordinator_not_available
+        driver.scheduler.advance(200)
+    assert driver.broker.topics.by_name("__consumer_offsets") is None
+
+
 def test_topics_and_ids_survive_restart_with_bumped_epochs() -> None:
     driver = CoreDriver()
     create_topic(driver, "kept", 2)

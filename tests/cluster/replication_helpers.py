@@ -8,7 +8,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 # Failure detection in seconds rather than Kafka's 9 s / 30 s, so each scenario stays short.
 FAST_FAILOVER = {
@@ -59,6 +59,9 @@ class ContinuousProducer:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"producer-{topic}", daemon=True)
         self.sent = 0
+        # A fatal client error (e.g. an idempotent producer finding its sequence numbers
+        # broken by lost data) ends production; it is kept for the test to inspect.
+        self.fatal: KafkaException | None = None
 
     def _on_delivery(self, err, msg) -> None:
         value = msg.value().decode()
@@ -71,13 +74,16 @@ class ContinuousProducer:
 
     def _run(self) -> None:
         n = 0
-        while not self._stop.is_set():
-            try:
-                self._producer.produce(self.topic, value=f"p{self.partition}:{n}", partition=self.partition, on_delivery=self._on_delivery)
-                n += 1
-            except BufferError:
-                pass
-            self._producer.poll(self.interval_s)
+        try:
+            while not self._stop.is_set():
+                try:
+                    self._producer.produce(self.topic, value=f"p{self.partition}:{n}", partition=self.partition, on_delivery=self._on_delivery)
+                    n += 1
+                except BufferError:
+                    pass
+                self._producer.poll(self.interval_s)
+        except KafkaException as error:
+            self.fatal = error
         self.sent = n
 
     def __enter__(self) -> ContinuousProducer:
@@ -88,7 +94,10 @@ class ContinuousProducer:
         if not self._stop.is_set():
             self._stop.set()
             self._thread.join(10)
-            self._producer.flush(flush_s)
+            try:
+                self._producer.flush(flush_s)
+            except (KafkaException, SystemError) as error:
+                self.fatal = self.fatal or KafkaException(str(error))
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

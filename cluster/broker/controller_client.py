@@ -224,7 +224,8 @@ class ControllerClient:
                 self._heartbeat()  # report the catch-up at once, so unfencing is not a heartbeat interval late
             self._fetch_metadata()
 
-        self._send(ApiKey.FETCH, METADATA_FETCH_VERSION, body, done, self.config.controller_request_timeout_ms + METADATA_FETCH_MAX_WAIT_MS)
+        self.outbound.send(self.controller.on_channel("metadata"), ApiKey.FETCH, METADATA_FETCH_VERSION, body, done,
+                           self.config.controller_request_timeout_ms + METADATA_FETCH_MAX_WAIT_MS)
 
     def _apply(self, body: Any) -> bool:
         partition = body.responses[0].partitions[0]

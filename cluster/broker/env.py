@@ -62,9 +62,16 @@ class Endpoint:
     node_id: int
     host: str
     port: int
+    # Requests on different channels to the same node go over separate connections, so a
+    # long poll on one (the metadata fetch) never delays another (a heartbeat), as Kafka
+    # keeps separate network clients per purpose.
+    channel: str = ""
 
     def __str__(self) -> str:
         return f"node {self.node_id} at {self.host}:{self.port}"
+
+    def on_channel(self, channel: str) -> Endpoint:
+        return Endpoint(self.node_id, self.host, self.port, channel)
 
 
 @dataclass(frozen=True, slots=True)

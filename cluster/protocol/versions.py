@@ -71,7 +71,7 @@ SUPPORTED_VERSIONS: dict[ApiKey, VersionRange] = {
 def is_supported(api_key: int, api_version: int) -> bool:
     try:
         return api_version in SUPPORTED_VERSIONS[ApiKey(api_key)]
-    except ValueError:
+    except (ValueError, KeyError):
         return False
 
 

@@ -156,11 +156,11 @@ class AsyncioOutbound:
         self._loop = loop
         self._local_host = local_host
         self._client_id = client_id
-        self._peers: dict[tuple[str, int], _Peer] = {}
+        self._peers: dict[tuple[str, int, str], _Peer] = {}
 
     def send(self, destination: Endpoint, api_key: int, api_version: int, body: Any,
              on_done: Callable[[OutboundResult], None], timeout_ms: int) -> None:
-        key = (destination.host, destination.port)
+        key = (destination.host, destination.port, destination.channel)
         peer = self._peers.get(key)
         if peer is None or peer.endpoint.node_id != destination.node_id:
             if peer is not None:
@@ -169,7 +169,7 @@ class AsyncioOutbound:
         peer.send(api_key, api_version, body, on_done, timeout_ms)
 
     def close(self, destination: Endpoint) -> None:
-        peer = self._peers.pop((destination.host, destination.port), None)
+        peer = self._peers.pop((destination.host, destination.port, destination.channel), None)
         if peer is not None:
             peer.fail(f"connection to {destination} closed by this node")
 

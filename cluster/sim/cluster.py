@@ -17,7 +17,7 @@ from cluster.broker.broker import Broker
 from cluster.broker.env import Endpoint, OutboundResult
 from cluster.config import BrokerConfig
 from cluster.controller.config import ControllerConfig
-from cluster.controller.core import Controller
+from cluster.controller.core import CONTROLLER_VERSIONS, Controller
 from cluster.protocol.codec import build, request_class
 from cluster.runtime.virtual_time import VirtualClock, VirtualScheduler
 from cluster.sim.network import NodeScheduler, SimNode, VirtualNetwork, VirtualOutbound
@@ -92,7 +92,7 @@ class SimCluster:
         self.controller: Controller | None = None
         self._slots = {b: _BrokerSlot(b) for b in range(n_brokers)}
         self._client = VirtualOutbound(self.network, CLIENT_HOST)
-        self.network.add_node(SimNode(self.controller_endpoint, self._controller_handle))
+        self.network.add_node(SimNode(self.controller_endpoint, self._controller_handle, CONTROLLER_VERSIONS))
         for broker_id in self._slots:
             self.network.add_node(SimNode(Endpoint(broker_id, broker_host(broker_id), BROKER_PORT), self._broker_handle(broker_id)))
         self.start_controller()

@@ -70,7 +70,7 @@ class VirtualNetwork:
         self._min_latency_ms = min_latency_ms
         self._max_latency_ms = max_latency_ms
         self._nodes: dict[tuple[str, int], SimNode] = {}
-        self._connections: dict[tuple[str, str, int], _Connection] = {}
+        self._connections: dict[tuple[str, str, int, str], _Connection] = {}
         self._blocked: set[tuple[str, str]] = set()  # (from host, to host): messages dropped
         # Paused hosts (SIGSTOP): what arrives for them waits, in order, until they resume.
         self._held: dict[str, list[Callable[[], None]]] = {}
@@ -180,7 +180,7 @@ class VirtualNetwork:
         except Exception as error:  # noqa: BLE001 - reported to the caller, as the runtime does
             self.scheduler.call_later(0, lambda: on_done(OutboundResult(None, f"cannot encode request {api_key} v{api_version}: {error!r}")))
             return
-        key = (source_host, destination.host, destination.port)
+        key = (source_host, destination.host, destination.port, destination.channel)
         connection = self._connections.get(key)
         node = self._nodes.get((destination.host, destination.port))
         if connection is None or not connection.alive:
@@ -197,7 +197,7 @@ class VirtualNetwork:
         self._deliver(source_host, destination.host, lambda: self._arrive(connection, generation, call), (generation, "request"))
 
     def close(self, source_host: str, destination: Endpoint) -> None:
-        connection = self._connections.pop((source_host, destination.host, destination.port), None)
+        connection = self._connections.pop((source_host, destination.host, destination.port, destination.channel), None)
         if connection is not None:
             self._fail(connection, f"connection to {destination} closed by this node", notify=True)
 
@@ -279,7 +279,7 @@ class VirtualNetwork:
         connection.alive = False
         self._last_arrival_ns.pop((connection.generation, "request"), None)
         self._last_arrival_ns.pop((connection.generation, "response"), None)
-        key = (connection.source_host, connection.destination.host, connection.destination.port)
+        key = (connection.source_host, connection.destination.host, connection.destination.port, connection.destination.channel)
         if self._connections.get(key) is connection:
             del self._connections[key]
         calls, connection.calls = connection.calls, deque()

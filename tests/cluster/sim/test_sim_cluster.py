@@ -48,7 +48,7 @@ def produce_acked(sim: SimCluster, values: list[bytes], tries_ms: float = 20_000
 
 def started(seed: int = 1, **props: str) -> SimCluster:
     sim = SimCluster(3, {"min.insync.replicas": "2", **props}, seed=seed)
-    sim.run_until(lambda: all(b.controller_client.broker_epoch >= 0 for b in sim.running_brokers()), 10_000, what="brokers registered")
+    sim.run_until(lambda: all(b.ready for b in sim.running_brokers()), 10_000, what="brokers registered and unfenced")
     result = create_topic(sim, 0, TOPIC, 1, 3)
     assert result.error_code == ErrorCode.none, result
     wait_isr(sim, 0, {0, 1, 2})

@@ -202,6 +202,11 @@ def handle_describe_groups(broker: Broker, request: Request, reply: Reply) -> No
     out = []
     for group_id in request.body.groups:
         group = broker.groups.groups.get(group_id)
+        refused = broker.group_error(group_id)
+        if refused is not ErrorCode.none:
+            out.append(build(group_cls, error_code=refused, group_id=group_id, group_state="", protocol_type="", protocol_data="", members=(),
+                             authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
+            continue
         if group is None:
             out.append(build(group_cls, error_code=ErrorCode.none, group_id=group_id, group_state=GroupState.DEAD.value, protocol_type="",
                              protocol_data="", members=(), authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))

@@ -129,3 +129,8 @@ def commit(sim: SimCluster, broker: int, member: Membership, offset: int, group:
     call = send_commit(sim, broker, member, offset, group)
     answer(sim, call, "OffsetCommit")
     return commit_error(call)
+
+
+def describe_error(sim: SimCluster, broker: int, group: str = GROUP) -> ErrorCode:
+    body = answer(sim, sim.send(broker, ApiKey.DESCRIBE_GROUPS, 5, groups=(group,), include_authorized_operations=False), "DescribeGroups")
+    return body.groups[0].error_code

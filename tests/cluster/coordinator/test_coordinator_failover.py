@@ -12,6 +12,7 @@ from tests.cluster.coordinator.group_requests import (
     answer,
     commit,
     commit_error,
+    describe_error,
     fetch_committed,
     heartbeat,
     join_and_sync,
@@ -54,6 +55,8 @@ def test_the_old_coordinator_refuses_the_group_after_it_restarts_as_a_follower()
     assert wait_coordinator(sim, old) == new
     assert answer(sim, send_join(sim, old), "JoinGroup at the old coordinator").error_code is ErrorCode.not_coordinator
     assert fetch_committed(sim, old) == (ErrorCode.not_coordinator, -1)
+    assert describe_error(sim, old) is ErrorCode.not_coordinator
+    assert describe_error(sim, new) is ErrorCode.none
     assert fetch_committed(sim, new) == (ErrorCode.none, 7)
 
 

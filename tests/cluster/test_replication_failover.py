@@ -251,3 +251,38 @@ def test_a_group_keeps_its_committed_offsets_when_the_coordinator_broker_dies(ma
         return sorted((tp.partition, tp.offset) for tp in result.topic_partitions)
 
     assert wait_for(read_back, 60, "committed offsets from the new coordinator") == [(0, 100), (1, 101), (2, 102)]
+
+
+def _lone_leader_loses_its_page_cache(make_cluster, min_isr: str) -> tuple[set[str], set[str]]:
+    """Both followers die, so the ISR shrinks to the leader; it keeps taking writes for a
+    second; then it crashes losing what it had not fsynced (log.crash.lose.unflushed), comes
+    back as the only ISR member, and the followers return and follow it."""
+    cluster = three_brokers(make_cluster, **{"min.insync.replicas": min_isr, "log.crash.lose.unflushed": "true",
+                                             "log.flush.interval.ms": "1000"})
+    bootstrap = cluster.bootstrap_servers
+    create_topic(bootstrap, TOPIC, 1, replication_factor=3)
+    wait_for(lambda: len(isr_of(bootstrap)) == 3, 30, "ISR of 3")
+    leader = leader_of(bootstrap)
+    followers = [b for b in (0, 1, 2) if b != leader]
+    with ContinuousProducer(bootstrap, TOPIC, {"acks": "all", "message.timeout.ms": 60_000, "retries": 0}) as producer:
+        wait_for(lambda: len(producer.log.acks) > 100, 30, "acknowledgements with the full ISR")
+        for b in followers:
+            cluster.kill(b)
+        wait_for(lambda: isr_of(bootstrap) == (leader,), 30, f"ISR shrunk to the leader {leader}")
+        time.sleep(1.0)
+        cluster.kill(leader)
+        cluster.start(leader)
+        for b in followers:
+            cluster.start(b)
+        wait_for(lambda: set(isr_of(bootstrap)) == {0, 1, 2}, 60, "the ISR whole again")
+    return producer.log.acked_values(), {v for _, v in read_partition(bootstrap, TOPIC, 0)}
+
+
+def test_min_isr_1_loses_writes_the_lone_leader_acknowledged_before_losing_its_page_cache(make_cluster) -> None:
+    acked, read = _lone_leader_loses_its_page_cache(make_cluster, "1")
+    assert acked - read, "min.insync.replicas=1 let the lone leader acknowledge writes it then lost; some should be missing"
+
+
+def test_min_isr_2_refuses_those_writes_and_loses_nothing(make_cluster) -> None:
+    acked, read = _lone_leader_loses_its_page_cache(make_cluster, "2")
+    assert not acked - read, f"{len(acked - read)} acknowledged messages lost with min.insync.replicas=2"

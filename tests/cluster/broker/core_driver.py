@@ -102,7 +102,7 @@ class CoreDriver:
         assert self.controller is not None, "request delivered to a stopped controller"
         self.controller.handle(request, client, reply)
 
-    def _start(self) -> Broker:
+    def _start(self, wait: bool = True) -> Broker:
         self.network.revive(HOST)
         self._node_scheduler = NodeScheduler(self.scheduler, self.network, HOST)
         self._outbound = self.network.outbound_for(HOST)
@@ -115,12 +115,14 @@ class CoreDriver:
                         CONTROLLER_ENDPOINT)
         broker.start()
         self.broker = broker
-        self.run_until(lambda: broker.ready, STARTUP_LIMIT_MS, "the broker registered and unfenced")
+        if wait:
+            self.run_until(lambda: broker.ready, STARTUP_LIMIT_MS, "the broker registered and unfenced")
         return broker
 
-    def restart(self, crash: bool = False) -> None:
+    def restart(self, crash: bool = False, wait: bool = True) -> None:
         """Restart the process: clean, or with `crash` a power loss (timers die, connections
-        reset, unfsynced bytes dropped)."""
+        reset, unfsynced bytes dropped); with `wait`, until the broker is registered and
+        unfenced."""
         assert self._node_scheduler is not None and self._outbound is not None and self.controller is not None
         if crash:
             self._node_scheduler.halt()
@@ -135,7 +137,7 @@ class CoreDriver:
             self.network.crash(HOST)
         self.controller = None
         self.seed += 1
-        self._start()
+        self._start(wait)
 
     def run_until(self, predicate: Callable[[], bool], limit_ms: float, what: str) -> None:
         waited = 0.0

@@ -200,3 +200,31 @@ def test_member_id_required_from_v4_and_expiry_of_unused_ids() -> None:
     assert send_join(driver, unused).body.error_code is ErrorCode.unknown_member_id  # never came back: forgotten
     old_style = send_join(driver, group="v3", version=3)
     assert old_style.body.error_code is ErrorCode.none and old_style.body.generation_id == 1
+
+
+def test_groups_answer_load_in_progress_until_their_partition_is_replayed() -> None:
+    driver = group_driver()
+    create_topic(driver, "t", 1)
+    topic_cls = driver.request_class(ApiKey.OFFSET_COMMIT, 9, "OffsetCommitRequestTopic")
+    part_cls = driver.request_class(ApiKey.OFFSET_COMMIT, 9, "OffsetCommitRequestPartition")
+    # More than one replay chunk (1 MiB) of commit records for the group's partition.
+    for offset in range(300):
+        body = driver.call(ApiKey.OFFSET_COMMIT, 9, group_id="g", generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+                           topics=(topic_cls(name="t", partitions=(part_cls(partition_index=0, committed_offset=offset, committed_leader_epoch=-1,
+                                                                            committed_metadata="m" * 4000),)),))
+        assert body.topics[0].partitions[0].error_code is ErrorCode.none
+    driver.restart(wait=False)
+    broker = driver.broker
+    during_load: list[ErrorCode] = []
+    restore = broker.groups.restore_offset
+
+    def observing_restore(*args, **kwargs):  # type: ignore[no-untyped-def]
+        # A client's heartbeat arriving while the partition is being replayed.
+        during_load.append(heartbeat(driver, "someone", 1))
+        restore(*args, **kwargs)
+
+    broker.groups.restore_offset = observing_restore  # type: ignore[method-assign]
+    driver.run_until(lambda: broker.coordinates("g"), 10_000, "group g loaded")
+    assert len(during_load) == 300 and set(during_load) == {ErrorCode.coordinator_load_in_progress}
+    assert heartbeat(driver, "someone", 1) is ErrorCode.unknown_member_id  # loaded: now the coordinator answers
+    assert fetch_offset(driver) == 299

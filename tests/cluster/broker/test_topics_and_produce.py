@@ -193,3 +193,41 @@ def test_crash_keeps_the_fsynced_prefix_only() -> None:
     partition = driver.broker.partition("t", 0)
     assert partition.log_end_offset == partition.high_watermark == 2
     assert produce(driver, "t", 0, batch([b"d"])).base_offset == 2
+
+
+def test_metadata_of_a_replicated_topic_follows_the_controller() -> None:
+    """Three brokers: Metadata from any of them shows the image: replicas, ISR, offline
+    (fenced) replicas, only usable brokers, and LEADER_NOT_AVAILABLE once no replica can lead."""
+    from tests.cluster.coordinator.group_requests import TOPIC, started_cluster
+    from tests.cluster.sim.sim_requests import req
+
+    sim = started_cluster()
+    topic_cls = req(ApiKey.METADATA, 12, "MetadataRequestTopic")
+
+    def partition_view(ask: int):  # type: ignore[no-untyped-def]
+        body = sim.call(ask, ApiKey.METADATA, 12, topics=(topic_cls(name=TOPIC, topic_id=None),), allow_auto_topic_creation=False,
+                        include_topic_authorized_operations=False)
+        (topic,) = body.topics
+        return body, topic, topic.partitions[0]
+
+    _, topic, p = partition_view(0)
+    assert (topic.error_code, p.error_code, set(p.replica_nodes), set(p.isr_nodes), p.offline_replicas) == (
+        ErrorCode.none, ErrorCode.none, {0, 1, 2}, {0, 1, 2}, ())
+    leader = p.leader_id
+    victim = next(b for b in sim.broker_ids if b != leader)
+    sim.kill(victim)
+    watcher = leader
+    sim.run_until(lambda: partition_view(watcher)[2].offline_replicas == (victim,), 10_000, what="the dead follower offline")
+    body, _, p = partition_view(watcher)
+    assert victim not in p.isr_nodes and victim in p.replica_nodes and p.leader_id == leader
+    assert sorted(b.node_id for b in body.brokers) == sorted(set(sim.broker_ids) - {victim})
+    for b in [b for b in sim.broker_ids if b != watcher and sim.is_running(b)]:
+        sim.kill(b)
+    sim.kill(watcher)
+    sim.start_broker(victim)  # out of the ISR: with unclean election off it must not lead
+    sim.run_until(lambda: sim.broker(victim).ready, 10_000, what="the stale replica back")
+    sim.run_until(lambda: len(partition_view(victim)[0].brokers) == 1, 10_000, what="the dead brokers fenced")
+    sim.run_for(2000)  # any election would have happened by now
+    _, _, p = partition_view(victim)
+    assert (p.error_code, p.leader_id) == (ErrorCode.leader_not_available, -1)
+    assert victim not in p.isr_nodes and set(p.offline_replicas) == set(sim.broker_ids) - {victim}

@@ -119,7 +119,7 @@ async def serve(config: BrokerConfig, seed: int, ready_file: str | None) -> None
         _write_ready_file(ready_file, config.host, port)
     await stop.wait()
     log.info("broker %d: shutdown requested", config.broker_id)
-    if broker.controller_client.registered and controller is None:
+    if broker.controller_client.registered:
         moved = asyncio.Event()
         broker.begin_controlled_shutdown(moved.set)
         try:

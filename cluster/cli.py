@@ -10,6 +10,7 @@ replica's log end offset and high watermark.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import signal
@@ -230,8 +231,8 @@ def _partition_rows(brokers: list[BrokerRecord]) -> list[PartitionRow]:
                 leo = hwm = None
                 if client is not None:
                     try:
-                        hwm = _list_offset(client, row.topic, row.partition, -1)
-                        leo = _log_end(client, row.topic, row.partition, row.leader_epoch)
+                        hwm = _high_watermark(client, row.topic, row.partition)
+                        leo = _log_end(client, row.topic, row.partition)
                     except (OSError, ProtocolClientError, IndexError):
                         pass
                 row.offsets.append(ReplicaOffsets(broker_id, leo, hwm))
@@ -254,18 +255,26 @@ def _list_offset(client: WireClient, topic: str, partition: int, timestamp: int)
     return response.topics[0].partitions[0].offset
 
 
-def _log_end(client: WireClient, topic: str, partition: int, epoch: int) -> int:
-    # OffsetForLeaderEpoch for the current epoch answers the leader's log end offset.
-    topic_cls = payload_class(ApiKey.OFFSET_FOR_LEADER_EPOCH, 4, "OffsetForLeaderTopic", EntityType.request)
-    partition_cls = payload_class(ApiKey.OFFSET_FOR_LEADER_EPOCH, 4, "OffsetForLeaderPartition", EntityType.request)
+def _log_end(client: WireClient, topic: str, partition: int) -> int:
+    """The replica's own log end offset: ListOffsets(latest) as Kafka's debugging replica id
+    (-2) asks it, which any replica answers, leader or follower."""
+    return _list_offset(client, topic, partition, -1)
+
+
+def _high_watermark(client: WireClient, topic: str, partition: int) -> int:
+    """The replica's own high watermark, from a zero-wait Fetch as the debugging replica."""
+    topic_cls = payload_class(ApiKey.FETCH, 12, "FetchTopic", EntityType.request)
+    partition_cls = payload_class(ApiKey.FETCH, 12, "FetchPartition", EntityType.request)
     response = client.request(
-        ApiKey.OFFSET_FOR_LEADER_EPOCH, 4, replica_id=-2,
-        topics=(topic_cls(topic=topic, partitions=(partition_cls(partition=partition, current_leader_epoch=-1, leader_epoch=epoch),)),),
+        ApiKey.FETCH, 12, replica_id=-2, max_wait=datetime.timedelta(0), min_bytes=0, max_bytes=1, isolation_level=0, session_id=0,
+        session_epoch=-1, rack_id="", forgotten_topics_data=(),
+        topics=(topic_cls(topic=topic, partitions=(partition_cls(partition=partition, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1,
+                                                                 log_start_offset=-1, partition_max_bytes=1),)),),
     )
-    answer = response.topics[0].partitions[0]
+    answer = response.responses[0].partitions[0]
     if answer.error_code.value != 0:
-        raise ProtocolClientError(f"OffsetForLeaderEpoch: {answer.error_code.name}")
-    return answer.end_offset
+        raise ProtocolClientError(f"Fetch: {answer.error_code.name}")
+    return answer.high_watermark
 
 
 def _status(args: argparse.Namespace) -> int:

@@ -202,6 +202,9 @@ def _list_offset(broker: Broker, topic: str, p: Any, read_committed: bool, repli
         return epoch_error, -1, -1, -1
     epochs = partition.log.epochs
     if p.timestamp == LATEST_TIMESTAMP:
+        if replica_id == DEBUG_REPLICA_ID:
+            # As Kafka answers a non-consumer: the replica's own log end offset.
+            return ErrorCode.none, -1, partition.log_end_offset, epochs.latest_epoch
         offset = partition.last_stable_offset if read_committed else partition.high_watermark
         return ErrorCode.none, -1, offset, epochs.latest_epoch
     if p.timestamp == EARLIEST_TIMESTAMP:

@@ -323,7 +323,13 @@ class Controller:
             self.commit(self._fence_records(broker_id))
         current = self.image.brokers[broker_id]
         leads = any(p.leader == broker_id for p in self._all_partitions())
-        answer(ErrorCode.none, caught_up, current.fenced, current.in_controlled_shutdown and not leads)
+        shut_down = current.in_controlled_shutdown and not leads
+        if shut_down and not current.fenced:
+            # Its leaderships are gone and it is about to stop: fence it now (as KRaft does),
+            # so that when it comes back it can register again at once.
+            self.commit([BrokerRegistrationChangeRecord(broker_id, current.broker_epoch, fenced=True, in_controlled_shutdown=True)])
+            log.info("broker %d (epoch %d) completed its controlled shutdown and is fenced", broker_id, current.broker_epoch)
+        answer(ErrorCode.none, caught_up, True if shut_down else current.fenced, shut_down)
 
     def _allocate_producer_ids(self, request: Request, client: ClientInfo, reply: Reply) -> None:
         body = request.body

@@ -9,6 +9,8 @@ import signal
 import subprocess
 import sys
 
+import time
+
 import pytest
 
 from tests.cluster.kafka_helpers import create_topic, produce_numbered
@@ -37,19 +39,35 @@ def test_start_status_stop(data_dir) -> None:
     started = _logquake("cluster", "start", "--data-dir", str(data_dir), "--port", "0", "--config", "num.partitions=2", "--config", "offsets.topic.num.partitions=5")
     assert started.returncode == 0, started.stderr
     bootstrap = started.stdout.strip()
-    assert bootstrap.startswith("127.0.0.10:")
-    pid = int((data_dir / "broker-0.pid").read_text())
+    assert [a.split(":")[0] for a in bootstrap.split(",")] == ["127.0.0.10", "127.0.0.11", "127.0.0.12"], "3 brokers by default"
+    pids = [int((data_dir / f"broker-{b}.pid").read_text()) for b in range(3)]
+    controller_pid = int((data_dir / "controller.pid").read_text())
 
-    create_topic(bootstrap, "visible", 2)
+    create_topic(bootstrap, "visible", 2, replication_factor=3)
     assert produce_numbered(bootstrap, "visible", 100, 2, {"acks": "all"}) == []
 
-    status = _logquake("cluster", "status", "--data-dir", str(data_dir))
-    assert status.returncode == 0, status.stderr
-    assert f"pid {pid}" in status.stdout and "alive" in status.stdout
-    rows = [line.split() for line in status.stdout.splitlines() if line.strip().startswith("visible")]
-    assert [r[1] for r in rows] == ["0", "1"]
-    assert all(r[2] == "0" and r[3] == r[4] for r in rows), "log start 0, LEO = HWM on a single broker"
-    assert sum(int(r[3]) for r in rows) == 100
+    def rows() -> list[list[str]]:
+        status = _logquake("cluster", "status", "--data-dir", str(data_dir))
+        assert status.returncode == 0, status.stderr
+        assert all(f"pid {pid}" in status.stdout for pid in [*pids, controller_pid]) and "DOWN" not in status.stdout
+        return [line.split() for line in status.stdout.splitlines() if line.strip().startswith("visible")]
+
+    # topic, partition, leader, epoch, replicas, ISR, then "b<id>:<log end>/<HWM>" per replica.
+    # Followers learn the HWM on their next fetch, so wait until every replica agrees.
+    deadline = time.monotonic() + 30
+    while True:
+        table = rows()
+        per_replica = [dict(cell.split(":", 1) for cell in row[6:]) for row in table]
+        settled = all(len(set(r.values())) == 1 and "?" not in "".join(r.values()) for r in per_replica)
+        if settled or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert [r[1] for r in table] == ["0", "1"]
+    for row, replicas in zip(table, per_replica):
+        assert int(row[2]) in (0, 1, 2) and sorted(row[4].split(",")) == ["0", "1", "2"] and sorted(row[5].split(",")) == ["0", "1", "2"]
+        assert set(replicas) == {"b0", "b1", "b2"}
+        assert settled, f"replicas disagree on log end / HWM: {replicas}"
+    assert sum(int(r["b0"].split("/")[0]) for r in per_replica) == 100
 
     again = _logquake("cluster", "start", "--data-dir", str(data_dir), "--port", "0")
     assert again.returncode == 1 and "already running" in again.stderr
@@ -63,7 +81,8 @@ def test_start_status_stop(data_dir) -> None:
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--brokers", "3"], "only 1 is supported"),
+        (["--brokers", "8"], "must lie in 1-7"),
+        (["--brokers", "0"], "must lie in 1-7"),
         (["--config", "novalue"], "expected KEY=VALUE"),
     ],
 )

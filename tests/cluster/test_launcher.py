@@ -80,9 +80,11 @@ def test_bad_config_is_a_start_error_with_the_broker_output(tmp_path) -> None:
             pass
 
 
-def test_more_brokers_than_replication_allows_is_refused() -> None:
-    with pytest.raises(ValueError, match="without replication"):
-        LocalCluster(brokers=2)
+def test_more_brokers_than_the_address_plan_allows_is_refused() -> None:
+    with pytest.raises(ValueError, match="at most 7"):
+        LocalCluster(brokers=8)
+    with pytest.raises(ValueError, match="at least one broker"):
+        LocalCluster(brokers=0)
 
 
 def _wait_until_thread_gone(native_id: int) -> None:

@@ -237,9 +237,10 @@ def test_a_group_keeps_its_committed_offsets_when_the_coordinator_broker_dies(ma
         c.commit(offsets=committed, asynchronous=False)
     finally:
         c.close()
-    before = wait_for(lambda: coordinator() is not None and coordinator(), 30, "the group's coordinator")
+    # wait_for needs a truthy value: broker ids are wrapped (broker 0 is falsy).
+    (before,) = wait_for(lambda: (b := coordinator()) is not None and b >= 0 and (b,), 30, "the group's coordinator")
     cluster.kill(before)
-    after = wait_for(lambda: (b := coordinator()) is not None and b != before and b, 60, "a new coordinator")
+    (after,) = wait_for(lambda: (b := coordinator()) is not None and b >= 0 and b != before and (b,), 60, "a new coordinator")
     assert after != before
 
     def read_back() -> list[tuple[int, int]] | None:

@@ -84,6 +84,8 @@ class Controller:
         self.metadata_log: MetadataLog | None = None
         self._last_heartbeat_ns: dict[int, int] = {}
         self._waiters: list[_MetadataWaiter] = []
+        # Brokers being unfenced by the batch under construction (usable for its elections).
+        self._unfencing: set[int] = set()
         self._session_timer: TimerHandle | None = None
         self._running = False
         self._handlers: dict[int, Callable[[Request, ClientInfo, Reply], None]] = {
@@ -160,6 +162,8 @@ class Controller:
         return str(raw).strip().lower() in ("true", "1", "yes")
 
     def _usable(self, broker_id: int, unusable: set[int]) -> bool:
+        if broker_id in self._unfencing:
+            return True
         broker = self.image.brokers.get(broker_id)
         return broker is not None and broker.usable and broker_id not in unusable
 
@@ -310,15 +314,18 @@ class Controller:
             self._log_partition_changes(records, why)
             self.commit(records)
         elif broker.fenced and caught_up and not body.want_fence and not body.want_shut_down:
-            records: list[MetadataRecord] = [BrokerRegistrationChangeRecord(broker_id, broker.broker_epoch, fenced=False)]
-            self.commit(records)
-            # Now usable: give leaderless partitions it can lead a leader.
-            elections = [change for p in self._all_partitions() if p.leader == NO_LEADER and broker_id in p.replicas
-                         if (change := self._reelect(p, set())) is not None]
+            # Unfenced, and in the same batch a leader for every leaderless partition it can
+            # now lead, so no broker ever sees it usable yet its partitions still offline.
+            self._unfencing = {broker_id}
+            try:
+                elections = [change for p in self._all_partitions() if p.leader == NO_LEADER and broker_id in p.replicas
+                             if (change := self._reelect(p, set())) is not None]
+            finally:
+                self._unfencing = set()
             why = f"broker {broker_id} (epoch {broker.broker_epoch}) unfenced"
             log.info(why)
             self._log_partition_changes(elections, why)
-            self.commit(elections)
+            self.commit([BrokerRegistrationChangeRecord(broker_id, broker.broker_epoch, fenced=False), *elections])
         elif body.want_fence and not broker.fenced:
             self.commit(self._fence_records(broker_id))
         current = self.image.brokers[broker_id]

@@ -72,9 +72,12 @@ def test_fetch_errors() -> None:
     produce(driver, "t", 0, batch([b"a"]))
     assert _partition(send_fetch(driver, "t", 0, 5).body).error_code is ErrorCode.offset_out_of_range
     assert _partition(send_fetch(driver, "t", 0, 0, current_leader_epoch=7).body).error_code is ErrorCode.unknown_leader_epoch
-    driver.restart()  # epoch 1 now
+    # A restart: the controlled shutdown leaves the partition leaderless (epoch 1), and the
+    # broker's return elects it again (epoch 2), as KRaft does.
+    driver.restart()
     assert _partition(send_fetch(driver, "t", 0, 0, current_leader_epoch=0).body).error_code is ErrorCode.fenced_leader_epoch
-    assert _partition(send_fetch(driver, "t", 0, 0, current_leader_epoch=1).body).error_code is ErrorCode.none
+    assert _partition(send_fetch(driver, "t", 0, 0, current_leader_epoch=1).body).error_code is ErrorCode.fenced_leader_epoch
+    assert _partition(send_fetch(driver, "t", 0, 0, current_leader_epoch=2).body).error_code is ErrorCode.none
     missing = send_fetch(driver, "t", 0, 0, by_id=uuid.UUID(int=42)).body
     assert missing.responses[0].topic_id == uuid.UUID(int=42)
     assert _partition(missing).error_code is ErrorCode.unknown_topic_id
@@ -112,6 +115,9 @@ def test_offset_for_leader_epoch_uses_real_epochs() -> None:
     produce(driver, "t", 0, batch([b"c"]))
     old = offset_for_leader_epoch(driver, "t", 0, 0)
     assert (old.error_code, old.leader_epoch, old.end_offset) == (ErrorCode.none, 0, 2)
-    current = offset_for_leader_epoch(driver, "t", 0, 1, current_leader_epoch=1)
-    assert (current.leader_epoch, current.end_offset) == (1, 3)
-    assert offset_for_leader_epoch(driver, "t", 0, 1, current_leader_epoch=0).error_code is ErrorCode.fenced_leader_epoch
+    # Epoch 1 (leaderless during the restart) wrote nothing: it answers epoch 0's end.
+    between = offset_for_leader_epoch(driver, "t", 0, 1, current_leader_epoch=2)
+    assert (between.leader_epoch, between.end_offset) == (0, 2)
+    current = offset_for_leader_epoch(driver, "t", 0, 2, current_leader_epoch=2)
+    assert (current.leader_epoch, current.end_offset) == (2, 3)
+    assert offset_for_leader_epoch(driver, "t", 0, 2, current_leader_epoch=0).error_code is ErrorCode.fenced_leader_epoch

@@ -120,10 +120,13 @@ COMMITS_MONOTONIC = "committed-offsets-monotonic"
 
 
 def claims_for(inputs: ClaimInputs) -> list[Claim]:
-    durable = inputs.acks == "all" and inputs.min_insync_replicas >= 2 and not inputs.unclean_leader_election
-    durable_reason = (f"acks={inputs.acks}, min.insync.replicas={inputs.min_insync_replicas}, "
-                      f"unclean.leader.election.enable={str(inputs.unclean_leader_election).lower()}"
-                      + ("" if durable else " (needs acks=all, min.insync.replicas ≥ 2, unclean election off)"))
+    # The client asks for durability with acks=all against topics that need two in-sync
+    # copies. Unclean leader election does not withdraw the claim: it is the system under
+    # test breaking it (an unsafe switch), which is exactly what a run must catch.
+    durable = inputs.acks == "all" and inputs.min_insync_replicas >= 2
+    durable_reason = (f"acks={inputs.acks}, min.insync.replicas={inputs.min_insync_replicas}"
+                      + ("" if durable else " (needs acks=all and min.insync.replicas ≥ 2)")
+                      + ("; unclean.leader.election.enable=true on the cluster may break it" if inputs.unclean_leader_election else ""))
     read_committed = inputs.isolation_level == "read_committed"
     delivery = inputs.workload == "delivery"
     manual = not inputs.enable_auto_commit

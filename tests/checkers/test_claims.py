@@ -11,17 +11,26 @@ def holds(inputs: ClaimInputs) -> dict[str, bool]:
     return {c.name: c.holds for c in claims_for(inputs)}
 
 
-def test_durability_needs_acks_all_min_isr_2_and_clean_election():
+def test_durability_needs_acks_all_and_min_isr_2():
     spec = {"workload": "queue", "client_config": {"acks": "-1"},
             "cluster_config": {"min.insync.replicas": "2", "unclean.leader.election.enable": "false"}}
     assert holds(ClaimInputs.from_spec_json(spec))["acked-writes-durable"]
     for change in ({"client_config": {"acks": "1"}},
-                   {"cluster_config": {"min.insync.replicas": "1"}},
-                   {"cluster_config": {"min.insync.replicas": "2", "unclean.leader.election.enable": "true"}}):
+                   {"cluster_config": {"min.insync.replicas": "1"}}):
         inputs = ClaimInputs.from_spec_json({**spec, **change})
         assert not holds(inputs)["acked-writes-durable"]
         allowed, violates = classify("lost-write", inputs, claims_for(inputs))
         assert allowed and violates == []
+
+
+def test_unclean_election_is_a_broken_promise_not_a_withdrawn_claim():
+    # The client still asked for durability; the unsafe cluster switch is what the run must catch.
+    spec = {"workload": "queue", "client_config": {"acks": "all"},
+            "cluster_config": {"min.insync.replicas": "2", "unclean.leader.election.enable": "true"}}
+    inputs = ClaimInputs.from_spec_json(spec)
+    durable = {c.name: c for c in claims_for(inputs)}["acked-writes-durable"]
+    assert durable.holds and "unclean.leader.election.enable=true" in durable.reason
+    assert classify("lost-write", inputs, claims_for(inputs)) == (False, ["acked-writes-durable"])
 
 
 def test_delivery_commit_modes():

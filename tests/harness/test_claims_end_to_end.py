@@ -36,7 +36,7 @@ def run_test(tmp_path: Path, *argv: str, cluster_config: list[str], client_confi
     for pair in client_config:
         command += ["--client-config", pair]
     out = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=PROJECT)
-    runs = [p.parent for p in results.glob("*/*/spec.json")]
+    runs = sorted({p.parent.resolve() for p in results.glob("*/*/spec.json")})  # "latest" links resolve to the run
     assert len(runs) == 1, f"no single run dir under {results}:\n{out.stderr[-3000:]}"
     run_dir = runs[0]
     results_json = run_dir / "results.json"

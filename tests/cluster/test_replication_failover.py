@@ -287,3 +287,30 @@ def test_min_isr_1_loses_writes_the_lone_leader_acknowledged_before_losing_its_p
 def test_min_isr_2_refuses_those_writes_and_loses_nothing(make_cluster) -> None:
     acked, read = _lone_leader_loses_its_page_cache(make_cluster, "2")
     assert not acked - read, f"{len(acked - read)} acknowledged messages lost with min.insync.replicas=2"
+
+
+def test_the_controller_survives_its_own_sigkill(make_cluster) -> None:
+    """The controller's state is its fsynced metadata log: after SIGKILL and restart it knows
+    every broker, topic, leader and ISR, and the cluster keeps working (and failing over)."""
+    from cluster.launcher import CONTROLLER_NODE_ID
+
+    cluster = three_brokers(make_cluster, **{"min.insync.replicas": "2"})
+    bootstrap = cluster.bootstrap_servers
+    create_topic(bootstrap, TOPIC, 1, replication_factor=3)
+    wait_for(lambda: len(isr_of(bootstrap)) == 3, 30, "ISR of 3")
+    before = partition_view(bootstrap, TOPIC, 0)
+    with ContinuousProducer(bootstrap, TOPIC, SAFE_PRODUCER) as producer:
+        wait_for(lambda: len(producer.log.acks) > 100, 30, "acknowledgements")
+        cluster.kill(CONTROLLER_NODE_ID)
+        # Without the controller, the data path goes on: produce keeps being acknowledged.
+        acks = len(producer.log.acks)
+        wait_for(lambda: len(producer.log.acks) > acks + 100, 30, "acknowledgements while the controller is down")
+        cluster.start(CONTROLLER_NODE_ID)
+        # It remembers the partition exactly, and still fails over when a leader dies.
+        assert partition_view(bootstrap, TOPIC, 0) == before
+        old = before.leader
+        cluster.kill(old)
+        wait_for(lambda: (v := partition_view(bootstrap, TOPIC, 0)) is not None and v.leader not in (-1, old), 60, "a new leader")
+        restarted = time.monotonic()
+        wait_for(lambda: producer.log.acks_after(restarted + 0.5), 60, "acknowledgements from the new leader")
+    assert_exactly_once_in_order(read_partition(bootstrap, TOPIC, 0), producer.log.acked_values())

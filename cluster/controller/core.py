@@ -25,10 +25,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from cluster.broker.env import ClientInfo, Clock, Reply, Response, Rng, Scheduler, TimerHandle
+from cluster.broker.env import ClientInfo, Clock, Endpoint, Reply, Response, Rng, Scheduler, TimerHandle
 from cluster.broker.topics import InvalidTopicError, check_topic_name, new_topic_id
 from cluster.controller.config import ControllerConfig
+from cluster.controller.elections import IsrProposal, check_isr_proposal, reelect
 from cluster.controller.metadata_log import MetadataLog
+from cluster.controller.placement import assign_replicas, check_topic_configs
 from cluster.metadata.image import MetadataImage, PartitionState
 from cluster.metadata.records import (
     METADATA_TOPIC,
@@ -101,6 +103,11 @@ class Controller:
 
     versions = CONTROLLER_VERSIONS
 
+    @property
+    def endpoint(self) -> Endpoint:
+        """Where brokers reach this controller."""
+        return Endpoint(self.config.node_id, self.config.host, self.config.port)
+
     # ---- lifecycle ---------------------------------------------------------------------
 
     def start(self) -> None:
@@ -155,47 +162,21 @@ class Controller:
     # ---- elections -------------------------------------------------------------------
 
     def _unclean_allowed(self, topic: str) -> bool:
+        """unclean.leader.election.enable of the topic, else of the controller."""
         image = self.image.topic(topic)
         raw = image.configs.get("unclean.leader.election.enable") if image else None
         if raw is None:
             return self.config.unclean_leader_election_enable
         return str(raw).strip().lower() in ("true", "1", "yes")
 
-    def _usable(self, broker_id: int, unusable: set[int]) -> bool:
+    def _usable(self, broker_id: int) -> bool:
         if broker_id in self._unfencing:
             return True
         broker = self.image.brokers.get(broker_id)
-        return broker is not None and broker.usable and broker_id not in unusable
+        return broker is not None and broker.usable
 
-    def _changed(self, p: PartitionState, *, isr: tuple[int, ...], leader: int, recovering: bool | None = None) -> PartitionRecord | None:
-        """The record for `p` with a new ISR and leader, or None when nothing changes."""
-        recovering = p.leader_recovering if recovering is None else recovering
-        if isr == p.isr and leader == p.leader and recovering == p.leader_recovering:
-            return None
-        leader_epoch = p.leader_epoch + 1 if leader != p.leader else p.leader_epoch
-        return PartitionRecord(str(p.topic_id), p.partition, p.replicas, isr, leader, leader_epoch, p.partition_epoch + 1, recovering)
-
-    def _reelect(self, p: PartitionState, unusable: set[int]) -> PartitionRecord | None:
-        """Remove the `unusable` brokers from the ISR (keeping the last member) and from
-        leadership; elect a new leader if needed."""
-        isr = tuple(b for b in p.isr if b not in unusable) or p.isr
-        leader = p.leader
-        recovering = p.leader_recovering
-        if leader == NO_LEADER or not self._usable(leader, unusable):
-            leader, isr, recovering = self._elect(p, isr, unusable)
-        return self._changed(p, isr=isr, leader=leader, recovering=recovering)
-
-    def _elect(self, p: PartitionState, isr: tuple[int, ...], unusable: set[int]) -> tuple[int, tuple[int, ...], bool]:
-        for replica in p.replicas:
-            if replica in isr and self._usable(replica, unusable):
-                return replica, isr, False
-        if self._unclean_allowed(p.topic):
-            for replica in p.replicas:
-                if self._usable(replica, unusable):
-                    log.warning("UNCLEAN leader election for %s-%d: broker %d (not in ISR %s) becomes leader in epoch %d; "
-                                "committed records may be lost", p.topic, p.partition, replica, list(isr), p.leader_epoch + 1)
-                    return replica, (replica,), True
-        return NO_LEADER, isr, p.leader_recovering
+    def _reelect(self, p: PartitionState, leaving: int | None) -> PartitionRecord | None:
+        return reelect(p, leaving, self._usable, self._unclean_allowed(p.topic))
 
     def _all_partitions(self) -> list[PartitionState]:
         return [p for t in sorted(self.image.topics_by_name.values(), key=lambda t: t.name) for _, p in sorted(t.partitions.items())]
@@ -206,7 +187,7 @@ class Controller:
                                                                         in_controlled_shutdown=shutting_down)]
         for p in self._all_partitions():
             if broker_id in p.isr or p.leader == broker_id:
-                change = self._reelect(p, {broker_id})
+                change = self._reelect(p, broker_id)
                 if change is not None:
                     records.append(change)
         return records
@@ -319,7 +300,7 @@ class Controller:
             self._unfencing = {broker_id}
             try:
                 elections = [change for p in self._all_partitions() if p.leader == NO_LEADER and broker_id in p.replicas
-                             if (change := self._reelect(p, set())) is not None]
+                             if (change := self._reelect(p, None)) is not None]
             finally:
                 self._unfencing = set()
             why = f"broker {broker_id} (epoch {broker.broker_epoch}) unfenced"
@@ -365,65 +346,35 @@ class Controller:
         topics_out = []
         records: list[MetadataRecord] = []
         for topic in body.topics:
-            topic_image = self.image.topics_by_id.get(topic.topic_id) if version >= 2 else None
+            topic_image = self.image.topics_by_id.get(topic.topic_id)
             partitions_out = []
             for data in topic.partitions:
                 p = topic_image.partitions.get(data.partition_index) if topic_image else None
-                error, record = self._check_alter(sender.broker_id, p, data, version)
-                state = p
-                if record is not None:
-                    records.append(record)
-                    state = None
-                if error is ErrorCode.none and record is not None:
-                    partitions_out.append(build(partition_cls, partition_index=data.partition_index, error_code=error, leader_id=record.leader,
-                                                leader_epoch=record.leader_epoch, isr=record.isr, leader_recovery_state=int(record.leader_recovering),
-                                                partition_epoch=record.partition_epoch))
-                elif error is ErrorCode.none and state is not None:
-                    partitions_out.append(build(partition_cls, partition_index=data.partition_index, error_code=error, leader_id=state.leader,
-                                                leader_epoch=state.leader_epoch, isr=state.isr, leader_recovery_state=int(state.leader_recovering),
-                                                partition_epoch=state.partition_epoch))
+                if version >= 3:
+                    new_isr = tuple((int(m.broker_id), int(m.broker_epoch)) for m in data.new_isr_with_epochs)
                 else:
+                    new_isr = tuple((int(b), -1) for b in data.new_isr)
+                proposal = IsrProposal(sender.broker_id, int(data.leader_epoch), int(data.partition_epoch), new_isr,
+                                       bool(data.leader_recovery_state))
+                error, record = check_isr_proposal(p, proposal, self.image.brokers)
+                if error is not ErrorCode.none or p is None:
                     partitions_out.append(build(partition_cls, partition_index=data.partition_index, error_code=error, leader_id=-1,
                                                 leader_epoch=-1, isr=(), leader_recovery_state=0, partition_epoch=-1))
+                    continue
+                if record is not None:
+                    records.append(record)
+                    leader, leader_epoch, isr, recovering, partition_epoch = (record.leader, record.leader_epoch, record.isr,
+                                                                              record.leader_recovering, record.partition_epoch)
+                else:
+                    leader, leader_epoch, isr, recovering, partition_epoch = p.leader, p.leader_epoch, p.isr, p.leader_recovering, p.partition_epoch
+                partitions_out.append(build(partition_cls, partition_index=data.partition_index, error_code=error, leader_id=leader,
+                                            leader_epoch=leader_epoch, isr=isr, leader_recovery_state=int(recovering),
+                                            partition_epoch=partition_epoch))
             topics_out.append(build(topic_cls, topic_id=topic.topic_id, partitions=tuple(partitions_out)))
         if records:
-            self._log_partition_changes(records, f"AlterPartition from broker {sender.broker_id}")
+            self._log_partition_changes(records, f"AlterPartition from broker {sender.broker_id} (epoch {sender.broker_epoch})")
             self.commit(records)
         reply(self._respond(request, build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, topics=tuple(topics_out))))
-
-    def _check_alter(self, sender: int, p: PartitionState | None, data: Any, version: int) -> tuple[ErrorCode, PartitionRecord | None]:
-        if p is None:
-            return ErrorCode.unknown_topic_or_partition, None
-        if p.leader != sender:
-            return ErrorCode.not_leader_or_follower, None
-        if data.leader_epoch != p.leader_epoch:
-            return ErrorCode.fenced_leader_epoch, None
-        if data.partition_epoch != p.partition_epoch:
-            return ErrorCode.invalid_update_version, None
-        if version >= 3:
-            proposed = [(int(m.broker_id), int(m.broker_epoch)) for m in data.new_isr_with_epochs]
-        else:
-            proposed = [(int(b), -1) for b in data.new_isr]
-        new_isr = tuple(b for b, _ in proposed)
-        if sender not in new_isr or len(set(new_isr)) != len(new_isr):
-            return ErrorCode.invalid_request, None
-        for broker_id, broker_epoch in proposed:
-            if broker_id not in p.replicas:
-                return ErrorCode.ineligible_replica, None
-            if broker_id in p.isr:
-                continue
-            broker = self.image.brokers.get(broker_id)
-            if broker is None or not broker.usable or (broker_epoch != -1 and broker_epoch != broker.broker_epoch):
-                return ErrorCode.ineligible_replica, None
-            if p.leader_recovering:
-                # KIP-704: a recovering (uncleanly elected) leader may not grow its ISR yet.
-                return ErrorCode.invalid_request, None
-        recovering = bool(data.leader_recovery_state)
-        if recovering and not p.leader_recovering:
-            return ErrorCode.invalid_request, None
-        ordered = tuple(b for b in p.replicas if b in new_isr)
-        change = self._changed(p, isr=ordered, leader=p.leader, recovering=recovering)
-        return ErrorCode.none, change
 
     # ---- topics ----------------------------------------------------------------------
 
@@ -448,23 +399,31 @@ class Controller:
         reply(self._respond(request, build(response_class(ApiKey.CREATE_TOPICS, version), throttle_time=NO_THROTTLE, topics=tuple(results))))
 
     def _plan_topic(self, topic: Any) -> tuple[ErrorCode, str | None, list[MetadataRecord]]:
+        """The records creating `topic` (one CreatableTopic of a request), or why not."""
         try:
             check_topic_name(topic.name)
         except InvalidTopicError as error:
             return ErrorCode.invalid_topic_exception, str(error), []
         if self.image.topic(topic.name) is not None:
             return ErrorCode.topic_already_exists, f"topic {topic.name!r} already exists", []
-        usable = [b.broker_id for b in self.image.usable_brokers()]
         configs = {c.name: c.value for c in topic.configs if c.value is not None}
+        problem = check_topic_configs(configs)
+        if problem is not None:
+            return ErrorCode.invalid_config, f"topic {topic.name!r}: {problem}", []
+        usable = [b.broker_id for b in self.image.usable_brokers()]
         if topic.assignments:
+            if topic.num_partitions != -1 or topic.replication_factor != -1:
+                return ErrorCode.invalid_request, "num_partitions and replication_factor must be -1 when replica assignments are given", []
             assignment = {int(a.partition_index): tuple(int(b) for b in a.broker_ids) for a in topic.assignments}
-            if sorted(assignment) != list(range(len(assignment))):
-                return ErrorCode.invalid_replica_assignment, "partition indices in the assignment must be 0..n-1", []
-            for replicas in assignment.values():
+            if sorted(assignment) != list(range(len(assignment))) or len(assignment) != len(topic.assignments):
+                return ErrorCode.invalid_replica_assignment, "partition indices in the assignment must be 0..n-1, each once", []
+            replica_lists = [assignment[i] for i in range(len(assignment))]
+            for replicas in replica_lists:
                 unknown = [b for b in replicas if b not in self.image.brokers]
                 if not replicas or unknown or len(set(replicas)) != len(replicas):
                     return ErrorCode.invalid_replica_assignment, f"replica assignment {list(replicas)} names unknown or repeated brokers", []
-            replica_lists = [assignment[i] for i in range(len(assignment))]
+                if len(replicas) != len(replica_lists[0]):
+                    return ErrorCode.invalid_replica_assignment, "every partition of the assignment must have as many replicas", []
         else:
             partitions = self.config.num_partitions if topic.num_partitions == -1 else int(topic.num_partitions)
             replication = self.config.default_replication_factor if topic.replication_factor == -1 else int(topic.replication_factor)
@@ -473,25 +432,14 @@ class Controller:
             if replication < 1 or replication > len(usable):
                 return (ErrorCode.invalid_replication_factor,
                         f"replication factor {replication} is not within 1 and the {len(usable)} available brokers", [])
-            # Kafka's rack-less assignment: a random start, leaders round robin, followers
-            # shifted by a per-topic random step so replicas spread.
-            start = self.rng.getrandbits(16) % len(usable)
-            shift = self.rng.getrandbits(16) % len(usable)
-            replica_lists = []
-            for index in range(partitions):
-                first = (start + index) % len(usable)
-                step = 1 + (shift + index // len(usable)) % max(1, len(usable) - 1) if len(usable) > 1 else 0
-                chosen = [usable[first]]
-                for r in range(1, replication):
-                    chosen.append(usable[(first + r * step) % len(usable)])
-                if len(set(chosen)) != len(chosen):
-                    chosen = [usable[(first + r) % len(usable)] for r in range(replication)]
-                replica_lists.append(tuple(chosen))
+            replica_lists = assign_replicas(usable, partitions, replication, self.rng)
         topic_id = new_topic_id(self.rng)
         while topic_id in self.image.topics_by_id or topic_id == METADATA_TOPIC_ID:
             topic_id = new_topic_id(self.rng)
         records: list[MetadataRecord] = [TopicRecord(topic.name, str(topic_id), configs)]
         for index, replicas in enumerate(replica_lists):
+            # An explicit assignment may name fenced brokers: they start outside the ISR
+            # (unless none is usable: then the whole list, leaderless until one comes back).
             isr = tuple(b for b in replicas if b in usable) or replicas
             leader = next((b for b in replicas if b in usable), NO_LEADER)
             records.append(PartitionRecord(str(topic_id), index, replicas, isr, leader, 0, 0))
@@ -500,19 +448,26 @@ class Controller:
     def _delete_topics(self, request: Request, client: ClientInfo, reply: Reply) -> None:
         version = request.api_version
         result_cls = payload_class(ApiKey.DELETE_TOPICS, version, "DeletableTopicResult")
-        names = list(request.body.topic_names) if hasattr(request.body, "topic_names") else [t.name for t in request.body.topics]
+        if version >= 6:
+            wanted = [(t.name, t.topic_id) for t in request.body.topics]
+        else:
+            wanted = [(name, None) for name in request.body.topic_names]
         results = []
-        for name in names:
-            topic = self.image.topic(name) if name else None
+        for name, topic_id in wanted:
+            if name is not None:
+                topic = self.image.topic(name)
+            else:
+                topic = self.image.topics_by_id.get(topic_id) if topic_id is not None and topic_id.int != 0 else None
             if topic is None:
-                error = ErrorCode.unknown_topic_or_partition
-            elif name.startswith("__"):
+                error = ErrorCode.unknown_topic_id if name is None else ErrorCode.unknown_topic_or_partition
+            elif topic.is_internal:
                 error = ErrorCode.topic_deletion_disabled
             else:
                 self.commit([RemoveTopicRecord(str(topic.topic_id))])
-                log.info("deleted topic %s (%s)", name, topic.topic_id)
+                log.info("deleted topic %s (%s)", topic.name, topic.topic_id)
                 error = ErrorCode.none
-            results.append(build(result_cls, name=name, topic_id=topic.topic_id if topic else uuid.UUID(int=0), error_code=error, error_message=None))
+            results.append(build(result_cls, name=topic.name if topic else name, topic_id=topic.topic_id if topic else (topic_id or uuid.UUID(int=0)),
+                                 error_code=error, error_message=None))
         reply(self._respond(request, build(response_class(ApiKey.DELETE_TOPICS, version), throttle_time=NO_THROTTLE, responses=tuple(results))))
 
     # ---- metadata fetch --------------------------------------------------------------

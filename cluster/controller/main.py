@@ -31,11 +31,23 @@ from cluster.storage.disk import OsDisk
 
 log = logging.getLogger("cluster.controller.main")
 EXIT_BAD_ARGUMENTS = 254
+# A dedicated controller's node id, clear of the brokers' ids.
+DEFAULT_NODE_ID = 1000
+
+
+class BadArguments(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        # argparse would exit 2; the project's convention for bad arguments is 254.
+        raise BadArguments(message)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="controller", description="Run the logquake cluster's controller process.")
-    parser.add_argument("--node-id", type=int, required=True)
+    parser = _Parser(prog="controller", description="Run the logquake cluster's controller process.")
+    parser.add_argument("--node-id", type=int, default=DEFAULT_NODE_ID, help=f"default {DEFAULT_NODE_ID}")
     parser.add_argument("--host", required=True)
     parser.add_argument("--port", type=int, required=True, help="0 picks a free port (see --ready-file)")
     parser.add_argument("--data-dir", required=True)
@@ -69,7 +81,11 @@ async def serve(config: ControllerConfig, seed: int, ready_file: str | None) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    try:
+        args = parse_args(argv)
+    except BadArguments as error:
+        print(f"controller: {error}", file=sys.stderr)
+        return EXIT_BAD_ARGUMENTS
     try:
         config = ControllerConfig.from_properties(args.node_id, args.host, args.port, args.data_dir, parse_assignments(args.config))
     except ValueError as error:

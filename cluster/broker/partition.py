@@ -280,6 +280,12 @@ class Partition:
         diverges from ours at `fetch_offset`."""
         if last_fetched_epoch < 0:
             return None
+        latest = self.log.epochs.latest_epoch
+        if latest < 0:
+            return None  # no history to compare with: the fetch offset alone decides
+        if last_fetched_epoch > latest:
+            # The follower wrote in an epoch we never had: it must come back to our latest.
+            return latest, self.log_end_offset
         epoch, end = self.log.epochs.end_offset_for(last_fetched_epoch, self.log_end_offset)
         if epoch < last_fetched_epoch or end < fetch_offset:
             return epoch, end
@@ -301,15 +307,21 @@ class Partition:
         follower.broker_epoch = broker_epoch
         self.maybe_advance_high_watermark()
 
-    def expandable_followers(self) -> list[int]:
+    def expandable_followers(self, now_ns: int) -> list[int]:
         """Followers outside the ISR that may rejoin: log end at or past the HWM and the start
-        of our epoch (KAFKA-7128)."""
+        of our epoch (KAFKA-7128), and caught up within replica.lag.time.max.ms. Kafka only
+        expands on a follower's fetch, so a follower it adds has just caught up; the last
+        rule keeps one whose last fetch is long gone (a cut link) from being added and
+        then shrunk away again at once."""
         start = self.epoch_start_offset
+        lag_ns = self.settings.replica_lag_time_max_ms * 1_000_000
         out = []
         for replica, follower in sorted(self.followers.items()):
             if replica in self.maximal_isr:
                 continue
-            if follower.log_end_offset >= 0 and follower.log_end_offset >= self.high_watermark and follower.log_end_offset >= start:
+            if follower.log_end_offset < 0 or now_ns - follower.last_caught_up_ns > lag_ns:
+                continue
+            if follower.log_end_offset >= self.high_watermark and follower.log_end_offset >= start:
                 out.append(replica)
         return out
 

@@ -124,13 +124,14 @@ def _append(broker: Broker, partition: Partition, topic: str, index: int, record
         # Kafka requires exactly one batch per partition from Produce v3 on.
         return ProducePartitionResult(index, ErrorCode.invalid_record.value, error_message=f"{len(batches)} record batches; exactly one is allowed"), 0
     header, batch = batches[0]
+    if acks == -1 and partition.isr_below_min():
+        # Checked before the producer state, as Kafka does: a retried duplicate is refused too.
+        return ProducePartitionResult(index, ErrorCode.not_enough_replicas.value, -1, -1, partition.log_start_offset,
+                                      error_message=f"ISR {list(partition.isr)} is smaller than min.insync.replicas={partition.settings.min_insync_replicas}"), 0
     verdict = partition.producers.check(header)
     if isinstance(verdict, Duplicate):
         # A retry of a batch we have: it is acknowledged once it is committed.
         return ProducePartitionResult(index, ErrorCode.none.value, verdict.base_offset, -1, partition.log_start_offset), verdict.base_offset + header.record_count
-    if acks == -1 and partition.isr_below_min():
-        return ProducePartitionResult(index, ErrorCode.not_enough_replicas.value, -1, -1, partition.log_start_offset,
-                                      error_message=f"ISR {list(partition.isr)} is smaller than min.insync.replicas={partition.settings.min_insync_replicas}"), 0
     if isinstance(verdict, Reject):
         log.info("produce to %s-%d rejected: %s", topic, index, verdict.message)
         return ProducePartitionResult(index, verdict.error.value, -1, -1, partition.log_start_offset, error_message=verdict.message), 0

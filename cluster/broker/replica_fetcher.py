@@ -117,15 +117,7 @@ class ReplicaFetcher:
                      ErrorCode.unknown_topic_or_partition, ErrorCode.unknown_topic_id):
             # One of us has not seen the latest leader epoch yet: hold this partition back for
             # a backoff (new metadata also releases it), then try again.
-            p.awaiting_metadata = True
-            epoch = p.leader_epoch
-
-            def release() -> None:
-                if p.awaiting_metadata and p.leader_epoch == epoch:
-                    p.awaiting_metadata = False
-                    self.poke()
-
-            self.manager.scheduler.call_later(self.manager.config.replica_fetch_backoff_ms, release)
+            self._hold_back(p)
             return
         if error == ErrorCode.offset_out_of_range:
             leader_end = int(answer.high_watermark)
@@ -143,18 +135,46 @@ class ReplicaFetcher:
             return
         diverging = answer.diverging_epoch
         if diverging is not None and int(diverging.epoch) >= 0 and not self.manager.config.replica_truncate_to_high_watermark:
-            leader_epoch, leader_end = int(diverging.epoch), int(diverging.end_offset)
-            local_epoch, local_end = p.log.epochs.end_offset_for(leader_epoch, p.log_end_offset)
-            target = min(leader_end, local_end) if local_epoch == leader_epoch and local_end >= 0 else leader_end
-            before = p.log_end_offset
-            p.truncate(min(target, before))
-            log.info("%s: log diverges from leader %d at epoch %d (leader's end %d, ours %d): truncated %d -> %d", p.tp, self.leader_id,
-                     leader_epoch, leader_end, local_end, before, p.log_end_offset)
+            self._truncate_diverging(p, int(diverging.epoch), int(diverging.end_offset))
             return
         records = answer.records
         if records:
             p.append_as_follower(records, now_ms)
         p.update_follower_high_watermark(int(answer.high_watermark))
+
+    def _truncate_diverging(self, p: Partition, leader_epoch: int, leader_end: int) -> None:
+        """The leader says our log leaves its log after `leader_epoch`, which it ends at
+        `leader_end`. If we have that epoch, both logs agree up to the smaller of the two ends
+        of it. If we do not (we wrote in epochs the leader never saw, and it in epochs we never
+        saw), we can only trust our log up to the end of our own largest epoch below it; the
+        next fetch asks again from there, stepping back one epoch at a time until the logs
+        meet (KIP-279)."""
+        before = p.log_end_offset
+        local_epoch, local_end = p.log.epochs.end_offset_for(leader_epoch, before)
+        if local_epoch == leader_epoch and local_end >= 0:
+            target = min(leader_end, local_end)
+        elif local_end >= 0:
+            target = local_end
+        else:
+            target = min(leader_end, p.high_watermark)
+        p.truncate(min(target, before))
+        log.info("%s: log diverges from leader %d after epoch %d (leader's end of it %d; ours: epoch %d ending %d): truncated %d -> %d",
+                 p.tp, self.leader_id, leader_epoch, leader_end, local_epoch, local_end, before, p.log_end_offset)
+        if p.log_end_offset == before:
+            # Nothing to cut, yet the leader still sees a divergence: do not spin on it.
+            log.warning("%s: truncation for leader %d's diverging epoch %d changed nothing; backing off", p.tp, self.leader_id, leader_epoch)
+            self._hold_back(p)
+
+    def _hold_back(self, p: Partition) -> None:
+        p.awaiting_metadata = True
+        epoch = p.leader_epoch
+
+        def release() -> None:
+            if p.awaiting_metadata and p.leader_epoch == epoch:
+                p.awaiting_metadata = False
+                self.poke()
+
+        self.manager.scheduler.call_later(self.manager.config.replica_fetch_backoff_ms, release)
 
     def _backoff(self) -> None:
         self._backoff_pending = True

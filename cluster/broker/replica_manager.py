@@ -162,7 +162,7 @@ class ReplicaManager:
                 log.info("%s: followers %s not caught up for %d ms: shrinking the ISR", p.tp, lagging, p.settings.replica_lag_time_max_ms)
                 self._propose(p, tuple(b for b in p.isr if b not in lagging))
                 continue
-            joining = [r for r in p.expandable_followers() if (b := image.brokers.get(r)) is not None and b.usable
+            joining = [r for r in p.expandable_followers(now_ns) if (b := image.brokers.get(r)) is not None and b.usable
                        and (p.followers[r].broker_epoch in (-1, b.broker_epoch))]
             if joining and not (p.state.leader_recovering):
                 log.info("%s: followers %s caught up (log end >= HWM %d): expanding the ISR", p.tp, joining, p.high_watermark)

@@ -5,6 +5,7 @@ what broker epochs and `current_metadata_offset` count."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 from cluster.metadata.records import MetadataRecord, decode_record, encode_record
@@ -14,6 +15,7 @@ from cluster.storage.config import LogConfig
 from cluster.storage.disk import Disk
 from cluster.storage.log import PartitionLog
 
+log = logging.getLogger(__name__)
 LOG_DIR_NAME = "__cluster_metadata-0"
 # The controller's own leader epoch on its log: one voter, never re-elected.
 CONTROLLER_EPOCH = 0
@@ -23,6 +25,11 @@ class MetadataLog:
     def __init__(self, disk: Disk, data_dir: str, now_ms: int) -> None:
         disk.makedirs(data_dir)
         self.log = PartitionLog.open(disk, f"{data_dir}/{LOG_DIR_NAME}", LogConfig(), now_ms=now_ms)
+        report = self.log.recovery
+        if report.truncated_bytes:
+            # Only the batch being written when the controller died can be torn, and no one
+            # acted on it (it was not yet durable); anything more is a damaged disk.
+            log.warning("metadata log recovery cut %d bytes: %s", report.truncated_bytes, report.reason)
 
     @property
     def end_offset(self) -> int:

@@ -189,6 +189,18 @@ class ControllerDriver:
                                           configs=tuple(config(name=k, value=v) for k, v in (configs or {}).items())),))
         return body.topics[0]
 
+    def delete_topics(self, names: list[str] | None = None, topic_ids: list[uuid.UUID] | None = None, version: int = 6) -> list[Any]:
+        if version >= 6:
+            state = req(ApiKey.DELETE_TOPICS, version, "DeleteTopicState")
+            topics = tuple(state(name=n, topic_id=uuid.UUID(int=0)) for n in names or ()) + tuple(state(name=None, topic_id=i) for i in topic_ids or ())
+            body = self.request(ApiKey.DELETE_TOPICS, version, topics=topics, timeout=datetime.timedelta(seconds=5))
+        else:
+            body = self.request(ApiKey.DELETE_TOPICS, version, topic_names=tuple(names or ()), timeout=datetime.timedelta(seconds=5))
+        return list(body.responses)
+
+    def allocate_producer_ids(self, broker_id: int, epoch: int | None = None) -> Any:
+        return self.request(ApiKey.ALLOCATE_PRODUCER_IDS, 0, broker_id=broker_id, broker_epoch=self.epochs[broker_id] if epoch is None else epoch)
+
     def partition(self, topic: str, index: int = 0) -> PartitionState:
         state = self.controller.image.partition(topic, index)
         assert state is not None, f"no partition {topic}-{index}"

@@ -29,12 +29,18 @@ def replica(sim: SimCluster, broker_id: int) -> Partition:
     return partition
 
 
+def leads(sim: SimCluster, broker_id: int) -> bool:
+    """Whether `broker_id` runs and leads `TP` in its own view (False before it has the metadata)."""
+    partition = sim.broker(broker_id).partition(TOPIC, 0) if sim.is_running(broker_id) else None
+    return partition is not None and partition.is_leader
+
+
 def leader(sim: SimCluster) -> int:
     """The running broker that leads `TP` in its own view (run until there is one)."""
     found: list[int] = []
 
     def one() -> bool:
-        found[:] = [b for b in sim.broker_ids if sim.is_running(b) and replica(sim, b).is_leader]
+        found[:] = [b for b in sim.broker_ids if leads(sim, b)]
         return len(found) == 1
 
     sim.run_until(one, 20_000, step_ms=10, what=f"one leader of {TP}")

@@ -209,3 +209,25 @@ def test_controller_restart_gives_live_brokers_a_fresh_session(controller: Contr
     assert all(b.usable for b in controller.controller.image.brokers.values())
     controller.keep_alive([1], 1500)
     assert controller.controller.image.brokers[0].fenced and controller.partition("t").leader == 1
+
+
+def test_a_fenced_last_isr_member_is_not_elected_when_another_replica_returns(make_controller) -> None:
+    for unclean in (False, True):
+        controller = make_controller(properties={"unclean.leader.election.enable": str(unclean).lower()})
+        controller.start_brokers([0, 1, 2])
+        controller.create_topic("t", partitions=1, replication_factor=2, assignments={0: [0, 1]})
+        assert controller.alter_partition(controller.partition("t"), [0])[0] == ErrorCode.none
+        # Broker 1 restarts while 0 leads alone; then 0 dies.
+        controller.keep_alive([0, 2], SESSION_TIMEOUT_MS + 500)
+        assert controller.register(1, uuid.uuid4()).error_code == ErrorCode.none
+        controller.keep_alive([2], SESSION_TIMEOUT_MS + 500)
+        state = controller.partition("t")
+        assert controller.controller.image.brokers[0].fenced and state.isr == (0,)
+        # Broker 1 is unfenced: the leaderless partition is looked at again, and the fenced
+        # ISR member 0 must not be chosen; only an unclean election may pick broker 1.
+        assert not controller.heartbeat(1).is_fenced
+        after = controller.partition("t")
+        if unclean:
+            assert after.leader == 1 and after.isr == (1,) and after.leader_recovering
+        else:
+            assert after.leader == NO_LEADER and after.isr == (0,)

@@ -6,6 +6,7 @@ controller one change at a time per partition."""
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -23,6 +24,7 @@ from cluster.storage.log import PartitionLog
 
 log = logging.getLogger(__name__)
 ISR_CHECK_INTERVAL_MS = 100
+PARTITION_METADATA_FILE = "partition.metadata"  # which topic id the directory's log belongs to
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,10 @@ class ReplicaManager:
                     self.disk.rmtree(self._dir(tp))
                     changes.removed.append(tp)
                     log.info("%s: deleted (topic removed)", tp)
+                elif self.disk.exists(self._dir(tp)) and self._topic_id_on_disk(tp) in (None, topic.topic_id):
+                    # Deleted while this broker was down: the restart's replay says so.
+                    self.disk.rmtree(self._dir(tp))
+                    log.info("%s: deleted the log of topic id %s (removed while this broker was down)", tp, topic.topic_id)
         latest: dict[TopicPartition, PartitionState] = {}
         for state in delta.partitions:
             latest[TopicPartition(state.topic, state.partition)] = state  # a later record for the same partition wins
@@ -112,8 +118,7 @@ class ReplicaManager:
             if partition is None:
                 topic = image.topic(state.topic)
                 assert topic is not None
-                partition_log = PartitionLog.open(self.disk, self._dir(tp), self.log_config_for(state.topic), now_ms=self.clock.wall_ms())
-                partition = self.partitions[tp] = Partition(tp, partition_log, self._settings(topic.configs))
+                partition = self.partitions[tp] = Partition(tp, self._open_log(tp, state.topic_id), self._settings(topic.configs))
             role = partition.apply_state(state, now_ns)
             if role == LEADER:
                 changes.became_leader.append(tp)
@@ -124,6 +129,34 @@ class ReplicaManager:
         if latest or delta.brokers or delta.removed_topics:
             self._refresh_fetchers()
         return changes
+
+    def _topic_id_on_disk(self, tp: TopicPartition) -> uuid.UUID | None:
+        """The topic id the replica directory was created for (None: no or unreadable file)."""
+        path = f"{self._dir(tp)}/{PARTITION_METADATA_FILE}"
+        if not self.disk.exists(path):
+            return None
+        for line in self.disk.read_all(path).decode("utf-8", errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "topic_id":
+                try:
+                    return uuid.UUID(value.strip())
+                except ValueError:
+                    return None
+        return None
+
+    def _open_log(self, tp: TopicPartition, topic_id: uuid.UUID) -> PartitionLog:
+        """Open (recovering) the replica's log, first discarding a directory left by an older
+        topic of the same name: the log belongs to the topic id, as Kafka's partition.metadata
+        file records."""
+        directory = self._dir(tp)
+        on_disk = self._topic_id_on_disk(tp)
+        if on_disk is not None and on_disk != topic_id:
+            log.warning("%s: the log on disk belongs to topic id %s, not %s: deleting it", tp, on_disk, topic_id)
+            self.disk.rmtree(directory)
+        partition_log = PartitionLog.open(self.disk, directory, self.log_config_for(tp.topic), now_ms=self.clock.wall_ms())
+        if on_disk != topic_id:
+            self.disk.write_atomic(f"{directory}/{PARTITION_METADATA_FILE}", f"version: 0\ntopic_id: {topic_id}\n".encode())
+        return partition_log
 
     def _refresh_fetchers(self) -> None:
         wanted: dict[int, set[TopicPartition]] = {}

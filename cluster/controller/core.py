@@ -288,7 +288,7 @@ class Controller:
             return
         self._last_heartbeat_ns[broker_id] = self.clock.monotonic_ns()
         caught_up = body.current_metadata_offset >= broker.broker_epoch
-        if body.want_shut_down and not broker.in_controlled_shutdown:
+        if body.want_shut_down and not broker.in_controlled_shutdown and not broker.fenced:
             records = self._fence_records(broker_id, shutting_down=True)
             why = f"broker {broker_id} in controlled shutdown"
             log.info(why)
@@ -311,7 +311,8 @@ class Controller:
             self.commit(self._fence_records(broker_id))
         current = self.image.brokers[broker_id]
         leads = any(p.leader == broker_id for p in self._all_partitions())
-        shut_down = current.in_controlled_shutdown and not leads
+        # A fenced broker leads nothing and is in no ISR it could leave: it may stop at once.
+        shut_down = (current.in_controlled_shutdown or (body.want_shut_down and current.fenced)) and not leads
         if shut_down and not current.fenced:
             # Its leaderships are gone and it is about to stop: fence it now (as KRaft does),
             # so that when it comes back it can register again at once.

@@ -231,3 +231,13 @@ def test_a_fenced_last_isr_member_is_not_elected_when_another_replica_returns(ma
             assert after.leader == 1 and after.isr == (1,) and after.leader_recovering
         else:
             assert after.leader == NO_LEADER and after.isr == (0,)
+
+
+def test_a_fenced_broker_asking_to_shut_down_may_stop_at_once(controller: ControllerDriver) -> None:
+    controller.start_brokers([0, 1])
+    controller.keep_alive([1], SESSION_TIMEOUT_MS + 500)
+    assert controller.controller.image.brokers[0].fenced
+    end = controller.end_offset
+    body = controller.heartbeat(0, want_shut_down=True)
+    assert body.error_code == ErrorCode.none and body.should_shut_down and body.is_fenced
+    assert controller.end_offset == end  # nothing to move, nothing written

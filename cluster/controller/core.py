@@ -19,6 +19,7 @@ from __future__ import annotations
 import datetime
 import logging
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -64,6 +65,10 @@ CONTROLLER_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.BROKER_HEARTBEAT: VersionRange(0, 1),
     ApiKey.ALLOCATE_PRODUCER_IDS: VersionRange(0, 0),
 }
+
+
+def _metric_name(topic: str) -> str:
+    return topic.replace(".", "_")
 
 
 @dataclass
@@ -383,8 +388,12 @@ class Controller:
         version = request.api_version
         result_cls = payload_class(ApiKey.CREATE_TOPICS, version, "CreatableTopicResult")
         results = []
+        named = Counter(topic.name for topic in request.body.topics)
         for topic in request.body.topics:
-            error, message, records = self._plan_topic(topic)
+            if named[topic.name] > 1:
+                error, message, records = ErrorCode.invalid_request, f"topic {topic.name!r} is named more than once in the request", []
+            else:
+                error, message, records = self._plan_topic(topic)
             topic_id = uuid.UUID(int=0)
             partitions = replication = -1
             if error is ErrorCode.none:
@@ -407,6 +416,10 @@ class Controller:
             return ErrorCode.invalid_topic_exception, str(error), []
         if self.image.topic(topic.name) is not None:
             return ErrorCode.topic_already_exists, f"topic {topic.name!r} already exists", []
+        # Metric names turn '.' into '_', so Kafka refuses names equal up to that swap.
+        collides = next((name for name in self.image.topics_by_name if _metric_name(name) == _metric_name(topic.name)), None)
+        if collides is not None:
+            return ErrorCode.invalid_topic_exception, f"topic {topic.name!r} collides with existing topic {collides!r}", []
         configs = {c.name: c.value for c in topic.configs if c.value is not None}
         problem = check_topic_configs(configs)
         if problem is not None:

@@ -3,6 +3,7 @@ the replica placement behind them."""
 
 from __future__ import annotations
 
+import datetime
 import random
 import uuid
 from collections import Counter
@@ -12,7 +13,8 @@ from kio.schema.errors import ErrorCode
 
 from cluster.controller.placement import assign_replicas
 from cluster.metadata.records import PartitionRecord, RemoveTopicRecord, TopicRecord
-from tests.cluster.controller.driver import SESSION_TIMEOUT_MS, ControllerDriver
+from cluster.protocol.versions import ApiKey
+from tests.cluster.controller.driver import SESSION_TIMEOUT_MS, ControllerDriver, req
 
 
 @pytest.fixture
@@ -104,6 +106,17 @@ def test_refusals(three: ControllerDriver) -> None:
         result = three.create_topic("cfg", partitions=1, replication_factor=1, configs={key: value})
         assert result.error_code == ErrorCode.invalid_config and key in result.error_message
     assert set(three.controller.image.topics_by_name) == {"ok"}
+
+
+def test_names_colliding_or_repeated(three: ControllerDriver) -> None:
+    assert three.create_topic("a.b", partitions=1, replication_factor=1).error_code == ErrorCode.none
+    collision = three.create_topic("a_b", partitions=1, replication_factor=1)
+    assert collision.error_code == ErrorCode.invalid_topic_exception and "a.b" in collision.error_message
+    topic = req(ApiKey.CREATE_TOPICS, 5, "CreatableTopic")
+    body = three.request(ApiKey.CREATE_TOPICS, 5, timeout=datetime.timedelta(seconds=5), validate_only=False,
+                         topics=tuple(topic(name=n, num_partitions=1, replication_factor=1, assignments=(), configs=()) for n in ("x", "y", "x")))
+    assert [(t.name, t.error_code) for t in body.topics] == [("x", ErrorCode.invalid_request), ("y", ErrorCode.none), ("x", ErrorCode.invalid_request)]
+    assert three.controller.image.topic("x") is None and three.controller.image.topic("y") is not None
 
 
 def test_explicit_assignment(three: ControllerDriver) -> None:

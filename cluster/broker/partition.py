@@ -74,7 +74,7 @@ class ReplicationSettings:
 
 
 class Partition:
-    def __init__(self, tp: TopicPartition, log: PartitionLog, settings: ReplicationSettings) -> None:
+    def __init__(self, tp: TopicPartition, log: PartitionLog, settings: ReplicationSettings, high_watermark: int = 0) -> None:
         self.tp = tp
         self.log = log
         self.settings = settings
@@ -86,9 +86,10 @@ class Partition:
         self.isr: tuple[int, ...] = ()
         self.replicas: tuple[int, ...] = ()
         self.producers = ProducerStateTable()
-        # Before the metadata says otherwise, only what the log's recovery point covers is
-        # known committed; a restarted replica learns the rest from its leader.
-        self.high_watermark = min(log.recovery_point, log.log_end_offset)
+        # A restarted replica knows only its last checkpointed HWM to be committed (a crash
+        # may have lost some of the log since: never past the log end); it learns the rest
+        # from its leader, or as leader from its followers' fetches.
+        self.high_watermark = max(min(high_watermark, log.log_end_offset), log.log_start_offset)
         self.followers: dict[int, FollowerState] = {}
         self.pending_isr: tuple[int, ...] | None = None  # proposed to the controller, not yet answered
         self.awaiting_metadata = False  # a follower told by its leader that our epoch is stale

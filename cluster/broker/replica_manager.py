@@ -25,6 +25,11 @@ from cluster.storage.log import PartitionLog
 log = logging.getLogger(__name__)
 ISR_CHECK_INTERVAL_MS = 100
 PARTITION_METADATA_FILE = "partition.metadata"  # which topic id the directory's log belongs to
+HWM_CHECKPOINT_FILE = "high-watermark-checkpoint"
+# Kafka's replica.high.watermark.checkpoint.interval.ms default. A restarted replica starts
+# from this (possibly stale, hence low) HWM rather than its log end: what is past the HWM
+# may never have been committed.
+HWM_CHECKPOINT_INTERVAL_MS = 5000
 
 
 @dataclass(frozen=True)
@@ -55,22 +60,59 @@ class ReplicaManager:
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self.running = False
         self._timer: TimerHandle | None = None
+        self._checkpoint_timer: TimerHandle | None = None
+        self._checkpointed_hwm: dict[TopicPartition, int] = {}
 
     def start(self) -> None:
         self.disk.makedirs(self.config.data_dir)
         self.running = True
         self._schedule_isr_check()
+        self._schedule_hwm_checkpoint()
 
     def shutdown(self) -> None:
         self.running = False
-        if self._timer is not None:
-            self._timer.cancel()
+        for timer in (self._timer, self._checkpoint_timer):
+            if timer is not None:
+                timer.cancel()
         for fetcher in self.fetchers.values():
             fetcher.stop()
         self.fetchers.clear()
+        self.checkpoint_high_watermarks()
         for partition in self.partitions.values():
             partition.stop()
             partition.log.close()
+
+    # ---- high watermark checkpoints --------------------------------------------------
+
+    def _schedule_hwm_checkpoint(self) -> None:
+        def tick() -> None:
+            if not self.running:
+                return
+            self.checkpoint_high_watermarks()
+            self._schedule_hwm_checkpoint()
+
+        self._checkpoint_timer = self.scheduler.call_later(HWM_CHECKPOINT_INTERVAL_MS, tick)
+
+    def checkpoint_high_watermarks(self) -> None:
+        """Write the HWM of every replica whose HWM moved since its last checkpoint."""
+        for tp, p in self.partitions.items():
+            if self._checkpointed_hwm.get(tp) != p.high_watermark:
+                try:
+                    self.disk.write_atomic(f"{self._dir(tp)}/{HWM_CHECKPOINT_FILE}", f"{p.high_watermark}\n".encode("ascii"))
+                except OSError as error:
+                    log.error("%s: cannot checkpoint the high watermark %d: %s", tp, p.high_watermark, error)
+                    continue
+                self._checkpointed_hwm[tp] = p.high_watermark
+
+    def _checkpointed_high_watermark(self, tp: TopicPartition) -> int:
+        path = f"{self._dir(tp)}/{HWM_CHECKPOINT_FILE}"
+        if not self.disk.exists(path):
+            return 0
+        text = self.disk.read_all(path).decode("ascii", errors="replace").strip()
+        if not text.isdigit():
+            log.warning("%s: high watermark checkpoint holds %r, not an offset: starting from 0", tp, text[:40])
+            return 0
+        return int(text)
 
     def partition(self, tp: TopicPartition) -> Partition | None:
         return self.partitions.get(tp)
@@ -96,6 +138,7 @@ class ReplicaManager:
             for index in list(topic.partitions):
                 tp = TopicPartition(topic.name, index)
                 partition = self.partitions.pop(tp, None)
+                self._checkpointed_hwm.pop(tp, None)
                 if partition is not None:
                     partition.stop()
                     partition.log.close()
@@ -118,7 +161,9 @@ class ReplicaManager:
             if partition is None:
                 topic = image.topic(state.topic)
                 assert topic is not None
-                partition = self.partitions[tp] = Partition(tp, self._open_log(tp, state.topic_id), self._settings(topic.configs))
+                partition_log = self._open_log(tp, state.topic_id)
+                partition = self.partitions[tp] = Partition(tp, partition_log, self._settings(topic.configs),
+                                                            high_watermark=self._checkpointed_high_watermark(tp))
             role = partition.apply_state(state, now_ns)
             if role == LEADER:
                 changes.became_leader.append(tp)

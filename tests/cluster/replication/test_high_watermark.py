@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from tests.cluster.replication.scenario import TOPIC, answer, followers, leader, produce, replica, start, wait_isr
+from tests.cluster.replication.scenario import TOPIC, answer, followers, leader, leads, produce, replica, start, wait_isr
 from tests.cluster.sim.sim_requests import read_all
 
 
@@ -58,3 +58,22 @@ def test_strict_min_isr_holds_the_hwm_until_the_isr_grows_back() -> None:
     sim.run_until(lambda: len(replica(sim, lead).isr) >= 2, 40_000, what="the ISR growing back (after the cut fetches time out)")
     sim.run_until(lambda: replica(sim, lead).high_watermark == 2, 5_000, what="the HWM passing the acks=1 record")
     assert [v for _, v in read_all(sim, lead, TOPIC)] == [b"committed", b"only-on-the-leader"]
+
+
+def test_a_restarted_leader_starts_from_its_checkpointed_hwm_not_its_log_end() -> None:
+    sim = start(min_isr=2)
+    lead = leader(sim)
+    assert answer(sim, produce(sim, lead, b"committed")) == (ErrorCode.none, 0)
+    sim.isolate([[lead], followers(sim, lead)])
+    wait_isr(sim, {lead})
+    assert answer(sim, produce(sim, lead, b"uncommitted", acks=1)) == (ErrorCode.none, 1)
+    sim.run_for(6000)  # a high watermark checkpoint (every 5 s) has been written
+    sim.restart(lead)
+    sim.run_until(lambda: leads(sim, lead), 20_000, what="the restarted broker leading again (the last ISR member)")
+    sim.run_for(500)
+    assert replica(sim, lead).log_end_offset == 2
+    assert replica(sim, lead).high_watermark == 1, "the restart took the log end for the high watermark"
+    assert [v for _, v in read_all(sim, lead, TOPIC)] == [b"committed"]
+    sim.heal()
+    sim.run_until(lambda: replica(sim, lead).high_watermark == 2, 40_000, what="the followers catching up and the HWM passing the record")
+    assert [v for _, v in read_all(sim, lead, TOPIC)] == [b"committed", b"uncommitted"]

@@ -38,6 +38,9 @@ ISR_WAIT_S = 60.0
 # How long the followers stall in lone-leader-crash: well under broker.session.timeout.ms
 # (default 9 s, 3 s in the fast test settings), so they are not fenced meanwhile.
 STALL_S = 1.0
+# How long brokers-down waits, after restarting the first follower, for the controller to
+# elect it (unclean election) before the stop op may restart the others.
+OUTCOME_WAIT_S = 15.0
 
 
 class _ScriptedPackage(ABC):
@@ -147,6 +150,22 @@ class BrokersDownPackage(_ScriptedPackage):
         self.control.start(first)
         self.killed.discard(first)
         steps.append(f"restarted follower {first}")
+        # Give the controller time to fence the dead leader and decide: with unclean election
+        # the restarted follower takes over; without, the partition stays offline. The stop op
+        # (which brings the others back) must not pre-empt that decision.
+        deadline = time.monotonic() + OUTCOME_WAIT_S
+        new_leader = -1
+        while time.monotonic() < deadline:
+            try:
+                state = self.control.partition_states([target.tp.topic]).get(target.tp)
+            except ControlError:
+                state = None
+            if state is not None and state.leader not in (-1, leader):
+                new_leader = state.leader
+                break
+            time.sleep(0.1)
+        steps.append(f"broker {new_leader} elected" if new_leader >= 0 else f"no leader after {OUTCOME_WAIT_S:.0f} s")
+        out["new_leader"] = new_leader
         return out
 
 

@@ -156,6 +156,16 @@ class ReplicaManager:
             if image.topic(state.topic) is None:
                 continue
             if self.config.broker_id not in state.replicas:
+                gone = self.partitions.pop(tp, None)
+                if gone is not None:
+                    # Reassigned away from this broker: the replica's log goes with it.
+                    gone.stop()
+                    gone.log.close()
+                    self.disk.rmtree(self._dir(tp))
+                    self._checkpointed_hwm.pop(tp, None)
+                    changes.removed.append(tp)
+                    log.info("%s: deleted (no longer a replica here: replicas %s, leader epoch %d)", tp, list(state.replicas),
+                             state.leader_epoch)
                 continue
             partition = self.partitions.get(tp)
             if partition is None:

@@ -27,10 +27,11 @@ def data_dir(tmp_path):
         yield path
     finally:
         state = path / "cluster.json"
-        if state.exists():  # never leave a detached broker behind, even if the test failed
-            for broker in json.loads(state.read_text())["brokers"]:
+        if state.exists():  # never leave a detached broker or controller behind, even if the test failed
+            document = json.loads(state.read_text())
+            for node in [*document["brokers"], *([document["controller"]] if document.get("controller") else [])]:
                 try:
-                    os.kill(broker["pid"], signal.SIGKILL)
+                    os.kill(node["pid"], signal.SIGKILL)
                 except ProcessLookupError:
                     pass
 

@@ -100,12 +100,12 @@ def test_acks_1_loses_writes_when_the_leader_dies_alone_and_the_claims_allow_it(
     # acks=1 should withdraw that claim for acknowledged-but-uncommitted offsets is open.
 
 
-@pytest.mark.slow
+@pytest.mark.soak
 def test_every_fault_kind_occurs_and_heals_on_three_brokers(tmp_path):
     """Issue #4: kill, pause, partition and clock on one schedule against the bundled 3-broker
     cluster; every kind happens and is healed, every invocation completes."""
     out, run_dir, verdict = run_test(
-        tmp_path, "--nemesis", "kill,pause,partition,clock", "--nemesis-interval", "2", "--time-limit", "40", "--seed", "34",
+        tmp_path, "--nemesis", "kill,pause,partition,clock", "--nemesis-interval", "1", "--time-limit", "60", "--seed", "34",
         cluster_config=["min.insync.replicas=2"], client_config=["acks=all", "enable.idempotence=true"])
     ops = read_history(run_dir / "history.jsonl")
     fs = [op.f for op in ops if op.process == "nemesis" and op.type != "invoke"]

@@ -196,7 +196,10 @@ def test_an_external_cluster_is_tested_through_bootstrap_servers(tmp_path):
 
     results = tmp_path / "results"
     with LocalCluster(brokers=1, base_dir=tmp_path / "external", seed=4) as external:
+        # The external cluster has one broker: topics need replication factor 1 (the default
+        # follows --brokers, which describes the bundled cluster only).
         out = subprocess.run(logquake_test("--workload", "delivery", "--bootstrap-servers", external.bootstrap_servers,
+                                           "--workload-option", "replication_factor=1",
                                            "--concurrency", "3", "--time-limit", "5", "--quiet-period", "0",
                                            "--final-time-limit", "30", "--seed", "3", results=results),
                              capture_output=True, text=True, timeout=900, cwd=PROJECT)

@@ -119,11 +119,17 @@ AT_LEAST_ONCE = "at-least-once"
 COMMITS_MONOTONIC = "committed-offsets-monotonic"
 
 
+def acked_writes_durable(inputs: ClaimInputs) -> bool:
+    """The client asks for durability with acks=all against topics that need two in-sync
+    copies. Unclean leader election does not withdraw the claim: it is the system under test
+    breaking it (an unsafe switch), which is exactly what a run must catch. Without the claim
+    an acknowledged offset says nothing lasting about the log (the checks then take the
+    version order from polls alone)."""
+    return inputs.acks == "all" and inputs.min_insync_replicas >= 2
+
+
 def claims_for(inputs: ClaimInputs) -> list[Claim]:
-    # The client asks for durability with acks=all against topics that need two in-sync
-    # copies. Unclean leader election does not withdraw the claim: it is the system under
-    # test breaking it (an unsafe switch), which is exactly what a run must catch.
-    durable = inputs.acks == "all" and inputs.min_insync_replicas >= 2
+    durable = acked_writes_durable(inputs)
     durable_reason = (f"acks={inputs.acks}, min.insync.replicas={inputs.min_insync_replicas}"
                       + ("" if durable else " (needs acks=all and min.insync.replicas ≥ 2)")
                       + ("; unclean.leader.election.enable=true on the cluster may break it" if inputs.unclean_leader_election else ""))

@@ -7,8 +7,13 @@ follows the number of records, never the size of offsets.
 reads      every polled record, from ok, info and fail poll/txn ops alike
 writes     every sent record of a completed send/txn op (ok, info, fail)
 committed  ops that must have committed: ok, or info with a write some ok op read
-log        distinct (run, key, offset, value) from all polls and from sends of must-have-committed
-           ops with a known offset: the version order's evidence
+evidence_writes
+           the sends whose offsets are evidence of the log: those of must-have-committed ops,
+           in runs whose acknowledgements promise durability (acks=all, min ISR ≥ 2). With
+           acks=1 an acknowledged offset may be lost and reused by another record, so there
+           only polls say what the log holds
+log        distinct (run, key, offset, value) from all polls and from the evidence writes with
+           a known offset: the version order's evidence
 slots      per (run, key, offset) the dense index (offset rank among known offsets of the key)
            and the slot's representative value (its smallest value: Jepsen takes the first of
            the slot's set, so a conflicting slot names one value and the others have no index)
@@ -42,6 +47,7 @@ class Frames:
     reads: DataFrame
     writes: DataFrame
     committed: DataFrame
+    evidence_writes: DataFrame
     log: DataFrame
     slots: DataFrame
     by_value: DataFrame
@@ -57,7 +63,9 @@ def delta(a: Column, b: Column) -> Column:
     return F.when(a.isNull() | b.isNull(), F.lit(1)).otherwise(b - a)
 
 
-def build_frames(history: DataFrame) -> Frames:
+def build_frames(history: DataFrame, acked_sends_durable: bool | list[str] = True) -> Frames:
+    """`acked_sends_durable`: True or False for every run, or the ids of the runs in which an
+    acknowledged send's offset is evidence of the log (see `evidence_writes`)."""
     h = history.where(F.col("type") != "invoke")
     reads = (h.where(F.col("f").isin("poll", "txn") & (F.col("mop_f") == "poll") & F.col("key").isNotNull())
              .select(RUN, "process", "op_index", "invoke_index", "type", "f", "row_in_op", "key", "offset",
@@ -71,27 +79,31 @@ def build_frames(history: DataFrame) -> Frames:
                       .select(RUN, "op_index").distinct())
     committed = (writes.where(F.col("type") == "ok").select(RUN, "op_index").distinct()
                  .unionByName(info_committed).distinct())
-    committed_writes = writes.join(committed, [RUN, "op_index"], "left_semi")
+    evidence_writes = writes.join(committed, [RUN, "op_index"], "left_semi")
+    if acked_sends_durable is False:
+        evidence_writes = evidence_writes.limit(0)
+    elif acked_sends_durable is not True:
+        evidence_writes = evidence_writes.where(F.col(RUN).isin(list(acked_sends_durable)))
     log = (reads.where(F.col("offset").isNotNull()).select(RUN, "key", "offset", "value")
-           .unionByName(committed_writes.where(F.col("offset").isNotNull()).select(RUN, "key", "offset", "value"))
+           .unionByName(evidence_writes.where(F.col("offset").isNotNull()).select(RUN, "key", "offset", "value"))
            .distinct())
     slot_window = Window.partitionBy(RUN, "key").orderBy("offset")
     slots = (log.groupBy(RUN, "key", "offset").agg(F.min("value").alias("rep"),
                                                    F.count(F.lit(1)).alias("n_values"))
              .withColumn("idx", F.row_number().over(slot_window) - 1))
     by_value = slots.groupBy(RUN, "key", F.col("rep").alias("value")).agg(F.max("idx").alias("idx"))
-    return Frames(history=history, reads=reads, writes=writes, committed=committed, log=log, slots=slots,
-                  by_value=by_value)
+    return Frames(history=history, reads=reads, writes=writes, committed=committed,
+                  evidence_writes=evidence_writes, log=log, slots=slots, by_value=by_value)
 
 
 def persist(fr: Frames) -> Frames:
     """Cache the shared frames: every check joins against them, and recomputing the version
     order for each would multiply the job's stages."""
-    for df in (fr.reads, fr.writes, fr.committed, fr.log, fr.slots, fr.by_value):
+    for df in (fr.reads, fr.writes, fr.committed, fr.evidence_writes, fr.log, fr.slots, fr.by_value):
         df.persist()
     return fr
 
 
 def unpersist(fr: Frames) -> None:
-    for df in (fr.reads, fr.writes, fr.committed, fr.log, fr.slots, fr.by_value):
+    for df in (fr.reads, fr.writes, fr.committed, fr.evidence_writes, fr.log, fr.slots, fr.by_value):
         df.unpersist()

@@ -21,29 +21,35 @@ from checkers.frames import RUN, Frames, delta
 MAX_WITNESS_OPS = 8
 
 
-def _value_indices(fr: Frames) -> DataFrame:
-    """Per (run, key, value): dense index of its first and last slot in the log (all values,
-    not only slot representatives, as Jepsen's value->first-index / last-index->values)."""
-    return (fr.log.join(fr.slots.select(RUN, "key", "offset", "idx"), [RUN, "key", "offset"])
-            .groupBy(RUN, "key", "value").agg(F.min("idx").alias("first_idx"), F.max("idx").alias("last_idx")))
-
-
 def lost_write(fr: Frames) -> DataFrame:
     """Values that precede, in the version order, a value some ok poll read, yet no ok poll read
-    them, and whose writer must have committed."""
+    them, and whose writer must have committed.
+
+    Compared by offset rather than by dense index (the same order: the index is the offset's
+    rank), over the log plus every acknowledged send. So an acks=1 write that was lost and
+    whose offset another record took is still found, though it is no evidence of the log."""
     ok_values = fr.reads.where(F.col("type") == "ok").select(RUN, "key", "value").distinct()
-    vi = _value_indices(fr)
-    bound = (vi.join(ok_values, [RUN, "key", "value"], "left_semi")
-             .groupBy(RUN, "key").agg(F.max("first_idx").alias("bound")))
-    lost = (vi.join(bound, [RUN, "key"]).where(F.col("last_idx") <= F.col("bound"))
+    acked = fr.writes.join(fr.committed, [RUN, "op_index"], "left_semi").where(F.col("offset").isNotNull())
+    placed = (fr.log.unionByName(acked.select(RUN, "key", "offset", "value"))
+              .groupBy(RUN, "key", "value").agg(F.min("offset").alias("first_offset"),
+                                                 F.max("offset").alias("last_offset")))
+    bound = (placed.join(ok_values, [RUN, "key", "value"], "left_semi")
+             .groupBy(RUN, "key").agg(F.max("first_offset").alias("bound_offset")))
+    lost = (placed.join(bound, [RUN, "key"]).where(F.col("last_offset") <= F.col("bound_offset"))
             .join(ok_values, [RUN, "key", "value"], "left_anti"))
     writers = (fr.writes.join(fr.committed, [RUN, "op_index"], "left_semi")
                .groupBy(RUN, "key", "value").agg(F.min("op_index").alias("writer"), F.min("offset").alias("offset")))
-    max_read = (fr.reads.where(F.col("type") == "ok").join(vi, [RUN, "key", "value"])
-                .join(bound, [RUN, "key"]).where(F.col("first_idx") == F.col("bound"))
+    max_read = (fr.reads.where(F.col("type") == "ok").join(placed, [RUN, "key", "value"])
+                .join(bound, [RUN, "key"]).where(F.col("first_offset") == F.col("bound_offset"))
                 .groupBy(RUN, "key").agg(F.min("op_index").alias("max_read_op")))
     found = lost.join(writers, [RUN, "key", "value"]).join(max_read, [RUN, "key"], "left")
-    return emit(found, "lost-write", F.col("key") * 1e9 + F.col("first_idx"),
+    # Dense indices for the witness; null for a lost value that is no evidence of the log.
+    slot = fr.slots.select(RUN, "key", "offset", "idx")
+    found = (found.join(slot.withColumnRenamed("offset", "first_offset").withColumnRenamed("idx", "first_idx"),
+                        [RUN, "key", "first_offset"], "left")
+             .join(slot.withColumnRenamed("offset", "bound_offset").withColumnRenamed("idx", "bound"),
+                   [RUN, "key", "bound_offset"], "left"))
+    return emit(found, "lost-write", F.col("key") * 1e9 + F.col("first_offset"),
                 [F.col("writer"), F.col("max_read_op")],
                 key=F.col("key"), value=F.col("value"), offset=F.col("offset"), index=F.col("first_idx"),
                 max_read_index=F.col("bound"))
@@ -61,9 +67,8 @@ def unseen(fr: Frames) -> DataFrame:
 
 def _log_ops(fr: Frames) -> DataFrame:
     """(run, key, offset, value, op_index) of every op whose record is evidence in the log."""
-    committed_writes = fr.writes.join(fr.committed, [RUN, "op_index"], "left_semi")
     return (fr.reads.where(F.col("offset").isNotNull()).select(RUN, "key", "offset", "value", "op_index")
-            .unionByName(committed_writes.where(F.col("offset").isNotNull())
+            .unionByName(fr.evidence_writes.where(F.col("offset").isNotNull())
                          .select(RUN, "key", "offset", "value", "op_index")))
 
 

@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from checkers import cycles
-from checkers.claims import ClaimInputs, claims_for, classify
+from checkers.claims import ClaimInputs, acked_writes_durable, claims_for, classify
 from checkers.delivery import DELIVERY_CHECKS
 from checkers.explain import explain
 from checkers.frames import RUN, Frames, build_frames, load_history, persist, unpersist
@@ -107,7 +107,12 @@ def check_runs(source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
     """
     started = time.perf_counter()
     history = load_history(spark, history_paths(source))
-    fr = persist(build_frames(history))
+    durable: bool | list[str]
+    if isinstance(inputs, ClaimInputs):
+        durable = acked_writes_durable(inputs)
+    else:
+        durable = sorted(run for run, run_inputs in inputs.items() if acked_writes_durable(run_inputs))
+    fr = persist(build_frames(history, durable))
     try:
         return _check(history, fr, inputs, realtime=realtime, started=started)
     finally:

@@ -311,22 +311,27 @@ class ClusterControl:
         return self.clocks is not None
 
     # metadata
-    def leaders(self, topics: Iterable[str] | None = None, *, timeout_s: float = 2.0) -> dict[TopicPartition, int]:
+    def leaders(self, topics: Iterable[str] | None = None, *, timeout_s: float = 2.0,
+                via: Iterable[int] | None = None) -> dict[TopicPartition, int]:
         """Leader broker id of every partition of `topics` (all topics when None), from a
-        Metadata request to the first live broker that answers. Partitions without a leader
-        are left out."""
-        return {tp: state.leader for tp, state in self.partition_states(topics, timeout_s=timeout_s).items() if state.leader >= 0}
+        Metadata request to the first live broker (of `via`, when given) that answers.
+        Partitions without a leader are left out."""
+        states = self.partition_states(topics, timeout_s=timeout_s, via=via)
+        return {tp: state.leader for tp, state in states.items() if state.leader >= 0}
 
-    def partition_states(self, topics: Iterable[str] | None = None, *, timeout_s: float = 2.0) -> dict[TopicPartition, PartitionStatus]:
+    def partition_states(self, topics: Iterable[str] | None = None, *, timeout_s: float = 2.0,
+                         via: Iterable[int] | None = None) -> dict[TopicPartition, PartitionStatus]:
         """Leader (-1: none), replicas and ISR of every partition of `topics` (all topics when
-        None), from a Metadata request to the first live broker that answers."""
+        None), from a Metadata request to the first live broker that answers. `via` limits
+        the brokers asked: a broker cut off from the controller keeps serving its last
+        (stale) view, so a caller that wants the majority's view names the majority."""
         wanted = None
         if topics is not None:
             topic_schema = _metadata_request_topic_schema()
             # topic_id all zeros: look the topic up by name.
             wanted = tuple(topic_schema(topic_id=uuid.UUID(int=0), name=topic) for topic in topics)
         errors = []
-        for broker_id in self.broker_ids:
+        for broker_id in (self.broker_ids if via is None else tuple(via)):
             if not self.is_alive(broker_id):
                 continue
             try:

@@ -24,7 +24,9 @@ def _pairs(ops: list[Op]) -> list[tuple[Op, Op | None]]:
     return out
 
 
-def check(ops: list[Op]) -> dict[str, int]:
+def check(ops: list[Op], acked_sends_durable: bool = True) -> dict[str, int]:
+    """Anomaly counts. `acked_sends_durable` False (acks=1): acknowledged offsets are no
+    evidence of the log, only of where a lost write was."""
     done = []
     for inv, comp in _pairs(ops):
         typ = comp.type if comp else "info"
@@ -64,12 +66,18 @@ def check(ops: list[Op]) -> dict[str, int]:
             for o, v in recs:
                 log[k][o].add(v)
     writer: dict[tuple[int, int], int] = {}
+    placed: dict[int, dict[int, set[int]]] = defaultdict(lambda: defaultdict(set))  # log + every acked offset
     for op, by_key in writes.items():
         for k, ws in by_key.items():
             for o, v in ws:
                 writer.setdefault((k, v), op)
                 if o is not None and committed(op):
-                    log[k][o].add(v)
+                    placed[k][o].add(v)
+                    if acked_sends_durable:
+                        log[k][o].add(v)
+    for k, slots in log.items():
+        for o, vs in slots.items():
+            placed[k][o] |= vs
     by_value: dict[int, dict[int, int]] = {}
     first_idx: dict[tuple[int, int], int] = {}
     last_idx: dict[tuple[int, int], int] = {}
@@ -91,10 +99,16 @@ def check(ops: list[Op]) -> dict[str, int]:
         ia, ib = by_value[k].get(a), by_value[k].get(b)
         return 1 if ia is None or ib is None else ib - ia
 
-    for k in log:
-        bound = max((first_idx[(k, v)] for v in ok_read[k] if (k, v) in first_idx), default=-1)
-        for (kk, v), li in last_idx.items():
-            if kk == k and li <= bound and v not in ok_read[k]:
+    for k, slots in placed.items():
+        first_offset: dict[int, int] = {}
+        last_offset: dict[int, int] = {}
+        for o in sorted(slots):
+            for v in slots[o]:
+                first_offset.setdefault(v, o)
+                last_offset[v] = o
+        bound = max((first_offset[v] for v in ok_read[k] if v in first_offset), default=-1)
+        for v, lo in last_offset.items():
+            if lo <= bound and v not in ok_read[k]:
                 w = writer.get((k, v))
                 if w is not None and committed(w):
                     out["lost-write"] += 1

@@ -128,13 +128,58 @@ def _(h: History):
     h.poll(1, {1: [(2, 102)]})
 
 
+@case("offset-reused-acks-1", ClaimInputs(acks="1", min_insync_replicas=2))
+def _(h: History):
+    # The leader acknowledged 101 at offset 1 and died before its followers fetched it; the
+    # new leader gave offset 1 to 201. Polls see only the new log.
+    h.send(0, 1, 100, 0)
+    w = h.send(0, 1, 101, 1)
+    h.send(0, 1, 201, 1)
+    h.send(0, 1, 202, 2)
+    h.assign(1, [1])
+    h.poll(1, {1: [(0, 100), (1, 201)]})
+    r = h.poll(1, {1: [(2, 202)]})
+    return {"writer": w, "reader": r}
+
+
+def test_offset_reused_after_acks_1_loss_is_only_an_allowed_lost_write(results):
+    result = results["offset-reused-acks-1"]
+    assert names(result) == {"lost-write", "unseen"}, result.anomalies
+    lost = anomaly(result, "lost-write")
+    assert lost.allowed and lost.count == 1
+    assert lost.witnesses[0].detail["value"] == 101
+    assert lost.witnesses[0].op_indices[0] == FACTS["offset-reused-acks-1"]["writer"]
+    assert result.valid is True
+
+
+@case("offset-reused-acks-all")
+def _(h: History):
+    h.send(0, 1, 100, 0)
+    h.send(0, 1, 101, 1)
+    h.send(0, 1, 201, 1)
+    h.send(0, 1, 202, 2)
+    h.assign(1, [1])
+    h.poll(1, {1: [(0, 100), (1, 201)]})
+    h.poll(1, {1: [(2, 202)]})
+
+
+def test_offset_reused_with_acks_all_is_inconsistent(results):
+    # The same history under acks=all: the acknowledged offset is evidence, so two values
+    # claim offset 1.
+    result = results["offset-reused-acks-all"]
+    assert "inconsistent-offsets" in names(result) and "lost-write" in names(result)
+    assert result.valid is False
+
+
 def test_lost_write_allowed_without_durability_claim(results):
     result = results["lost-write-acks-1"]
     lost = anomaly(result, "lost-write")
     assert lost.allowed and lost.violates == []
-    # The skip over the lost record is still an ordering error: per-partition order is claimed.
-    assert not anomaly(result, "poll-skip").allowed
-    assert result.valid is False
+    assert lost.witnesses[0].detail["value"] == 101 and lost.witnesses[0].detail["offset"] == 1
+    # With acks=1 the acknowledged offset 1 is no evidence that the log ever kept a record
+    # there, so the poll from offset 0 to 2 is no skip: only the allowed loss is listed.
+    assert names(result) == {"lost-write", "unseen"}
+    assert result.valid is True
     durable = next(c for c in result.claims if c.name == "acked-writes-durable")
     assert not durable.holds and "acks=1" in durable.reason
 

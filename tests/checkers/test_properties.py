@@ -27,6 +27,9 @@ MAY = {"none": set(), "lost": {"unseen", "poll-skip", "int-poll-skip"},
        "duplicate": {"int-poll-skip", "int-nonmonotonic-poll", "poll-skip", "nonmonotonic-poll"},
        "inconsistent": set(), "skip": {"poll-skip", "int-poll-skip"}, "backwards": set(), "aborted": set()}
 SAFE = ClaimInputs(acks="all", min_insync_replicas=2, idempotence=True)
+# acks=1: acknowledged writes may be lost, and the loss is all a run may report.
+ACKS_1 = ClaimInputs(acks="1", min_insync_replicas=2)
+ACKS_1_INJECTIONS = ("none", "lost")
 
 
 @dataclass
@@ -128,8 +131,24 @@ batches = st.lists(st.tuples(st.integers(0, 2**32 - 1), st.sampled_from(INJECTIO
 @given(batch=batches)
 def test_generated_histories(spark, tmp_path_factory, batch):
     generated = {f"g{i}": generate(seed, injection) for i, (seed, injection) in enumerate(batch)}
-    parquet = to_parquet({run: g.history for run, g in generated.items()}, tmp_path_factory.mktemp("generated"))
-    results = check_runs(parquet, SAFE, spark)
+    # The same lost-write histories again under acks=1, in the same job (claims per run).
+    acks_1 = {f"a{i}": g for i, g in enumerate(generated.values()) if g.injection in ACKS_1_INJECTIONS}
+    parquet = to_parquet({run: g.history for run, g in {**generated, **acks_1}.items()},
+                         tmp_path_factory.mktemp("generated"))
+    results = check_runs(parquet, {**{run: SAFE for run in generated}, **{run: ACKS_1 for run in acks_1}}, spark)
+    for run, g in acks_1.items():
+        result = results[run]
+        seen = {a.name: a for a in result.anomalies}
+        context = f"{run} (acks=1, {g.injection}, target {g.target}): {sorted(seen)}"
+        assert not result.errors, context
+        expected = {"lost-write"} if g.injection == "lost" else set()
+        assert expected <= set(seen) <= expected | {"unseen"}, context
+        if g.injection == "lost":
+            assert [(w.detail["key"], w.detail["value"]) for w in seen["lost-write"].witnesses] == [g.target], context
+            assert seen["lost-write"].allowed, context
+        assert result.valid is True, context
+        got = {name: a.count for name, a in seen.items() if name in ORACLE_NAMES}
+        assert got == oracle_check(g.history.ops, acked_sends_durable=False), context
     for run, g in generated.items():
         result = results[run]
         seen = {a.name: a for a in result.anomalies}

@@ -15,7 +15,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from cluster.control import BrokerClocks, ClusterControl, faketime_shm_paths
+from cluster.control import BrokerClocks, ClusterControl, TopicPartition, faketime_shm_paths
 from nemeses.base import NemesisOptions
 from nemeses.kill import KillPackage
 from nemeses.net.nft import NftPartitioner
@@ -291,12 +291,13 @@ def scenario_partitioned_leader() -> dict:
         package = PartitionPackage(control, NemesisOptions(partition_targets=("primaries",), primary_topics=("t",)))
         started = package.invoke("start-partition", {"topology": "primaries"})
         majority = [b for b in control.broker_ids if b != before]
-        majority_view = AdminClient({"bootstrap.servers": ",".join(control.address(b) for b in majority)})
         after = before
         deadline = time.monotonic() + 30
-        while after == before and time.monotonic() < deadline:
+        while after in (before, -1) and time.monotonic() < deadline:
+            # Ask the majority brokers themselves: an AdminClient bootstrapped from them may
+            # still send its Metadata request to the isolated broker, whose view is stale.
             try:
-                after = majority_view.list_topics("t", timeout=2).topics["t"].partitions[0].leader
+                after = control.leaders(["t"], via=majority).get(TopicPartition("t", 0), -1)
             except Exception:  # noqa: BLE001 - keep polling while the cluster fails over
                 pass
             time.sleep(0.1)

@@ -243,13 +243,23 @@ def execute(run: Run) -> RunOutcome:
     return RunOutcome(run.run_dir, valid, EXIT_CODES[valid], False, message)
 
 
+# The network heals first: a restarted broker becomes ready only once it has registered with
+# the controller, which it cannot do while a partition still cuts it off. Paused processes
+# resume, clocks reset, and only then are killed brokers started again.
+HEAL_FIRST = ("partition", "clock", "pause")
+
+
+def heal_rank(package: Any) -> int:
+    return HEAL_FIRST.index(package.name) if package.name in HEAL_FIRST else len(HEAL_FIRST)
+
+
 def heal(run: Run) -> None:
     """Undo every fault of every package, once, recording it like any nemesis op."""
     if not run.packages or run.interpreter is None or run.healed:
         return
     run.healed = True
     run.set_phase("heal")
-    for package in run.packages:
+    for package in sorted(run.packages, key=heal_rank):
         run.interpreter.record_nemesis(f"stop-{package.name}", "heal", package.heal,
                                        extra={"nemesis": package.name, "heal": True})
 

@@ -63,6 +63,29 @@ class BadArgument(ValueError):
     pass
 
 
+IN_FLIGHT_KEYS = ("max.in.flight.requests.per.connection", "max.in.flight")
+IDEMPOTENT_MAX_IN_FLIGHT = "5"
+
+
+def effective_client_config(defaults: dict[str, str], overrides: dict[str, str]) -> dict[str, str]:
+    """The workload's defaults under the user's --client-config. A transactional.id turns
+    idempotence on (librdkafka refuses one without it). Jepsen's base leaves
+    in-flight requests unbounded, which librdkafka refuses next to idempotence (it allows at
+    most 5, as the Java client does by default): an idempotent or transactional producer
+    gets 5 unless the user chose a value, which is then theirs to answer for."""
+    config = {**defaults, **overrides}
+    if "transactional.id" in config and "enable.idempotence" not in overrides:
+        # Transactions need idempotence; Jepsen's base spells it out as false.
+        config["enable.idempotence"] = "true"
+    idempotent = (str(config.get("enable.idempotence", "false")).strip().lower() in ("true", "1", "yes")
+                  or "transactional.id" in config)
+    if idempotent and not any(key in overrides for key in IN_FLIGHT_KEYS):
+        for key in IN_FLIGHT_KEYS:
+            config.pop(key, None)
+        config["max.in.flight.requests.per.connection"] = IDEMPOTENT_MAX_IN_FLIGHT
+    return config
+
+
 def build_spec(args: argparse.Namespace, seed: int) -> RunSpec:
     """The spec for one run of these arguments; raises BadArgument with a one-line reason."""
     try:
@@ -89,7 +112,7 @@ def build_spec(args: argparse.Namespace, seed: int) -> RunSpec:
             module.validate_options(workload_options, brokers, args.concurrency)
         except ValueError as exc:
             raise BadArgument(str(exc)) from None
-        client_config = {**module.default_client_config(workload_options), **client_overrides}
+        client_config = effective_client_config(module.default_client_config(workload_options), client_overrides)
         name = args.name or f"{args.workload}-{'-'.join(nemeses) or 'no-faults'}"
         fields = dict(name=name, workload=args.workload, seed=seed, time_limit_s=args.time_limit,
                       concurrency=args.concurrency, rate_hz=args.rate, brokers=brokers, nemeses=tuple(nemeses),

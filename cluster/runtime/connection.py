@@ -40,6 +40,7 @@ class BrokerConnection(asyncio.Protocol):
         self._out: list[bytes | memoryview] = []
         self._busy = False
         self._pumping = False
+        self._pump_scheduled = False
         self._closing = False
         self._reading_paused = False
         self._writing_paused = False
@@ -138,7 +139,19 @@ class BrokerConnection(asyncio.Protocol):
             self._close(response.close_reason)
             return
         if not self._pumping:
-            self._pump()
+            # An answer given later, from inside another request's handling (an acks=all
+            # Produce completed by a follower's Fetch): send it now, but take this
+            # connection's next request in a fresh loop iteration. Handled inline, it would
+            # run inside the other handler, which may not have registered its own waits yet
+            # (a Fetch about to park would miss the append that request makes).
+            self._flush()
+            if self._queue and not self._pump_scheduled:
+                self._pump_scheduled = True
+                asyncio.get_running_loop().call_soon(self._scheduled_pump)
+
+    def _scheduled_pump(self) -> None:
+        self._pump_scheduled = False
+        self._pump()
 
     def _flush(self) -> None:
         if self._out and self._transport is not None and not self._transport.is_closing():

@@ -247,7 +247,10 @@ class VirtualNetwork:
             self._deliver(connection.destination.host, connection.source_host,
                           lambda: self._fail(connection, f"{connection.destination} closed the connection: {reason}", notify=True), (generation, "response"))
             return
-        self._serve_next(connection)
+        # The next request is served in its own event, never inside the handler whose work
+        # produced this answer (see BrokerConnection._on_reply).
+        if connection.unserved:
+            self.scheduler.call_later(0, lambda: self._serve_next(connection))
 
     def _answer(self, connection: _Connection, generation: int, call: _Call, frame: bytes | None) -> None:
         if not connection.alive or connection.generation != generation or call not in connection.calls:

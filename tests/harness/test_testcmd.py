@@ -106,3 +106,33 @@ def test_progress_line_counts_outcomes_and_tracks_active_faults():
     progress.observe(Op(10, 10, "info", "nemesis", "stop-kill"))
     progress.observe(Op(11, 11, "info", "nemesis", "stop-kill"))
     assert progress.line().endswith("faults: partition")
+
+
+def _spec(*argv):
+    from harness.cli import ArgumentParser
+
+    parser = ArgumentParser(prog="logquake")
+    testcmd.register(parser.add_subparsers(dest="command", required=True, parser_class=ArgumentParser))
+    args = parser.parse_args(["test", *argv, "--seed", "1"])
+    return testcmd.build_spec(args, 1)
+
+
+@pytest.mark.parametrize("switch", ["enable.idempotence=true", "transactional.id=t1"])
+def test_an_idempotent_producer_gets_at_most_5_requests_in_flight_and_librdkafka_accepts_it(switch):
+    from confluent_kafka import Producer
+
+    from workloads.clients.confluent import producer_config
+
+    spec = _spec("--client-config", switch)
+    assert spec.client_config["max.in.flight.requests.per.connection"] == "5"
+    # Jepsen's unbounded default next to idempotence is a config librdkafka refuses outright;
+    # the effective one must build a real producer.
+    Producer(producer_config(dict(spec.client_config), "127.0.0.1:9")).flush(0)
+
+
+def test_an_explicit_in_flight_setting_is_left_to_the_user():
+    spec = _spec("--client-config", "enable.idempotence=true", "--client-config", "max.in.flight=3")
+    assert spec.client_config["max.in.flight"] == "3"
+    assert spec.client_config["max.in.flight.requests.per.connection"] == "1000000"
+    plain = _spec()
+    assert plain.client_config["max.in.flight.requests.per.connection"] == "1000000"

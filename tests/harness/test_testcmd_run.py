@@ -215,3 +215,16 @@ def test_an_external_cluster_is_tested_through_bootstrap_servers(tmp_path):
     assert {op.f for op in ops if op.type == "ok"} >= {"send", "process", "commit"}
     verdict = json.loads((run_dir / "results.json").read_text())
     assert out.returncode == {True: 0, False: 1, "unknown": 2}[verdict["valid"]], out.stderr[-2000:]
+
+
+def test_the_network_heals_before_killed_brokers_restart():
+    # A restarted broker is ready only once it registers with the controller, which a
+    # partition still in place would forbid: the kill heal would wait out its timeout.
+    from types import SimpleNamespace
+
+    from harness.run import heal_rank
+
+    packages = [SimpleNamespace(name=n) for n in ("kill", "pause", "lone-leader-crash", "clock", "partition")]
+    order = [p.name for p in sorted(packages, key=heal_rank)]
+    assert order[:3] == ["partition", "clock", "pause"]
+    assert set(order[3:]) == {"kill", "lone-leader-crash"}

@@ -1,10 +1,14 @@
 """Parquet histories in, one CheckResult per run out.
 
-All per-record checks of all runs go into one Spark action (their outputs share one shape
-and are unioned, ranked per (run, anomaly) and cut to the witnesses kept), the dependency
-graph is a second collection, and run statistics a third; so one history or a thousand cost
-about the same fixed overhead. A check that fails is retried alone so the others still report;
-its error makes the verdict "unknown", never a crash.
+By default the fused pass (fused.py) checks every run: a small pre-pass, then one shuffle
+of the history by (run, key) in which every per-key check, the dependency edges and the run
+statistics are computed together; so one history or a thousand cost about the same fixed
+overhead. A check that raises on some key reports its error for that run and the others
+still report; the error makes the verdict "unknown", never a crash.
+
+`fused=False` runs the one-check-at-a-time DataFrame plan instead (kafka.py, delivery.py,
+cycles.pruned_edges): all checks in one ranked Spark action, the graph and the statistics in
+two more; a check that fails there is retried alone.
 """
 
 from __future__ import annotations
@@ -21,9 +25,11 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from checkers import cycles
+from checkers import fused as fused_pass
 from checkers.claims import ClaimInputs, acked_writes_durable, claims_for, classify
 from checkers.delivery import DELIVERY_CHECKS
 from checkers.explain import explain
+from checkers.findings import Findings
 from checkers.frames import RUN, Frames, build_frames, load_history, persist, unpersist
 from checkers.kafka import KAFKA_CHECKS
 from checkers.result import Anomaly, CheckerError, CheckResult, Witness, merge_valid
@@ -100,10 +106,12 @@ def _describe(exc: BaseException) -> str:
 
 def check_runs(source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
                inputs: ClaimInputs | Mapping[str, ClaimInputs], spark: SparkSession,
-               *, realtime: bool = True) -> dict[str, CheckResult]:
+               *, realtime: bool = True, fused: bool = True) -> dict[str, CheckResult]:
     """Check every run in the given Parquet histories in one job; run id → CheckResult.
 
-    `inputs` is one ClaimInputs for all runs or a mapping run id → ClaimInputs.
+    `inputs` is one ClaimInputs for all runs or a mapping run id → ClaimInputs. `fused`
+    False runs each check as its own DataFrame (the reference the fused pass is tested
+    against; many times slower).
     """
     started = time.perf_counter()
     history = load_history(spark, history_paths(source))
@@ -112,40 +120,40 @@ def check_runs(source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
         durable = acked_writes_durable(inputs)
     else:
         durable = sorted(run for run, run_inputs in inputs.items() if acked_writes_durable(run_inputs))
+    found = fused_pass.findings(history, durable) if fused else per_check_findings(history, durable)
+    return _results(found, inputs, realtime=realtime, started=started)
+
+
+def per_check_findings(history: DataFrame, durable: bool | list[str]) -> Findings:
+    """Every check as its own DataFrame over the shared frames of frames.py."""
     fr = persist(build_frames(history, durable))
     try:
-        return _check(history, fr, inputs, realtime=realtime, started=started)
+        out = Findings()
+        for row in (history.groupBy(RUN, "f", "type")
+                    .agg(F.countDistinct("op_index").alias("ops"), F.count(F.lit(1)).alias("rows")).collect()):
+            out.add_stat(row["run"], row["f"], row["type"], row["ops"], row["rows"])
+        rows = _collect_anomalies(fr, out.errors_all_runs)
+        by_run: dict[str, dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
+        for row in rows:
+            by_run[row["run"]][row["anomaly"]].append(row)
+        for run, by_anomaly in by_run.items():
+            for name, anomaly_rows in by_anomaly.items():
+                anomaly_rows.sort(key=lambda r: r["rank"])
+                out.found[run][name] = (anomaly_rows[0]["count"],
+                                        [Witness(op_indices=list(r["op_indices"]), detail=json.loads(r["detail"]))
+                                         for r in anomaly_rows])
+        try:
+            out.graphs = cycles.collect_graphs(fr)
+        except Exception as exc:
+            out.graph_errors.append(CheckerError("cycles", _describe(exc)))
+        return out
     finally:
         unpersist(fr)
 
 
-def _check(history: DataFrame, fr: Frames, inputs: ClaimInputs | Mapping[str, ClaimInputs], *, realtime: bool,
-           started: float) -> dict[str, CheckResult]:
-    job_errors: list[CheckerError] = []
-
-    stats_rows = (history.groupBy(RUN, "f", "type")
-                  .agg(F.countDistinct("op_index").alias("ops"), F.count(F.lit(1)).alias("rows")).collect())
-    stats: dict[str, dict[str, Any]] = defaultdict(lambda: {"ops": 0, "rows": 0, "ok_ops": 0, "by_f": {}})
-    for row in stats_rows:
-        s = stats[row["run"]]
-        s["ops"] += row["ops"]
-        s["rows"] += row["rows"]
-        if row["type"] == "ok":
-            s["ok_ops"] += row["ops"]
-        s["by_f"].setdefault(row["f"], {})[row["type"]] = row["ops"]
-
-    rows = _collect_anomalies(fr, job_errors)
-    by_run: dict[str, dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
-    for row in rows:
-        by_run[row["run"]][row["anomaly"]].append(row)
-
-    graph_errors: list[CheckerError] = []
-    graphs: dict[str, tuple[list[tuple], dict[int, tuple[int, str]]]] = {}
-    try:
-        graphs = cycles.collect_graphs(fr)
-    except Exception as exc:
-        graph_errors.append(CheckerError("cycles", _describe(exc)))
-
+def _results(findings: Findings, inputs: ClaimInputs | Mapping[str, ClaimInputs], *, realtime: bool,
+             started: float) -> dict[str, CheckResult]:
+    stats = findings.stats
     results: dict[str, CheckResult] = {}
     for run in sorted(stats):
         run_inputs = inputs if isinstance(inputs, ClaimInputs) else inputs.get(run)
@@ -153,16 +161,11 @@ def _check(history: DataFrame, fr: Frames, inputs: ClaimInputs | Mapping[str, Cl
             results[run] = CheckResult(valid="unknown", errors=[CheckerError("claims", f"no claim inputs for run {run!r}")],
                                        stats=stats[run])
             continue
-        errors = list(job_errors) + list(graph_errors)
-        found: dict[str, tuple[int, list[Witness]]] = {}
-        for name, anomaly_rows in by_run.get(run, {}).items():
-            anomaly_rows.sort(key=lambda r: r["rank"])
-            found[name] = (anomaly_rows[0]["count"],
-                           [Witness(op_indices=list(r["op_indices"]), detail=json.loads(r["detail"]))
-                            for r in anomaly_rows])
-        if not graph_errors:
+        errors = findings.errors(run) + list(findings.graph_errors)
+        found: dict[str, tuple[int, list[Witness]]] = dict(findings.found.get(run, {}))
+        if not any(e.checker == "cycles" for e in errors):
             try:
-                edges, vertices = graphs.get(run, ([], {}))
+                edges, vertices = findings.graphs.get(run, ([], {}))
                 report = cycles.search(edges, vertices, ww_deps=run_inputs.ww_deps, realtime=realtime)
                 stats[run]["graph_vertices"] = report.vertices
                 stats[run]["graph_edges"] = report.edges
@@ -202,10 +205,10 @@ def _result(inputs: ClaimInputs, found: dict[str, tuple[int, list[Witness]]], er
 
 
 def check_run(source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], inputs: ClaimInputs,
-              spark: SparkSession, *, realtime: bool = True) -> CheckResult:
+              spark: SparkSession, *, realtime: bool = True, fused: bool = True) -> CheckResult:
     """Check the one run in `source` (a run directory or Parquet path(s))."""
     try:
-        results = check_runs(source, inputs, spark, realtime=realtime)
+        results = check_runs(source, inputs, spark, realtime=realtime, fused=fused)
     except Exception as exc:
         return CheckResult(valid="unknown", claims=claims_for(inputs),
                            errors=[CheckerError("pipeline", _describe(exc))])

@@ -11,6 +11,7 @@ throughput near 10^7 rows, so big runs turn it off). `spark_master` and plain Sp
 from __future__ import annotations
 
 import os
+import sys
 from typing import Mapping
 
 from pyspark.sql import SparkSession
@@ -48,6 +49,9 @@ def make_spark(*, spark_master: str | None = None, spark_conf: Mapping[str, str]
                small: bool = True, app_name: str = "logquake-checkers") -> SparkSession:
     """Start (or join) the SparkSession. `spark_conf` overrides the defaults key by key."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # The per-key pass runs Python in the workers: by default the driver's own interpreter
+    # (and so its numpy/pyarrow), not whatever `python3` is first on PATH.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     conf = default_conf(small=small)
     conf.update(spark_conf or {})
     builder = SparkSession.builder.appName(app_name).master(spark_master or "local[*]")

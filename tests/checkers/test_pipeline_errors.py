@@ -1,15 +1,20 @@
-"""A checker that fails makes the verdict unknown with its error; the others still report."""
+"""A checker that fails makes the verdict unknown with its error; the others still report.
+Both plans: the fused per-key pass (a check raising inside a key group) and the
+one-check-at-a-time DataFrame plan (a check that cannot even be planned)."""
 
 from __future__ import annotations
 
-from checkers import cycles, pipeline
+import pytest
+
+from checkers import cycles, perkey, pipeline
 from checkers.claims import ClaimInputs
 from checkers.pipeline import check_run
 
 from .builder import History, to_parquet
 
 
-def test_failing_checkers_give_unknown_not_a_crash(spark, tmp_path, monkeypatch):
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "per-check"])
+def test_failing_checkers_give_unknown_not_a_crash(spark, tmp_path, monkeypatch, fused):
     h = History()
     h.send(0, 1, 100, 0)
     h.send(0, 1, 101, 1)
@@ -17,15 +22,18 @@ def test_failing_checkers_give_unknown_not_a_crash(spark, tmp_path, monkeypatch)
     h.poll(1, {1: [(0, 100)]})
     parquet = to_parquet({"r": h}, tmp_path)
 
-    def broken_check(frames):
+    def broken_check(*args):
         raise RuntimeError("this check cannot be planned")
 
     def broken_search(*args, **kwargs):
         raise ValueError("graph search failed")
 
-    monkeypatch.setitem(pipeline.ALL_CHECKS, "broken", broken_check)
+    if fused:
+        monkeypatch.setitem(perkey.CHECKS, "broken", broken_check)
+    else:
+        monkeypatch.setitem(pipeline.ALL_CHECKS, "broken", broken_check)
     monkeypatch.setattr(cycles, "search", broken_search)
-    result = check_run(parquet, ClaimInputs(acks="all", min_insync_replicas=2), spark)
+    result = check_run(parquet, ClaimInputs(acks="all", min_insync_replicas=2), spark, fused=fused)
     assert result.valid is False  # the unseen write is still found, and false beats unknown
     assert [a.name for a in result.anomalies] == ["unseen"]
     errors = {e.checker: e.error for e in result.errors}
@@ -36,8 +44,22 @@ def test_failing_checkers_give_unknown_not_a_crash(spark, tmp_path, monkeypatch)
     clean.send(0, 1, 100, 0)
     clean.assign(1, [1])
     clean.poll(1, {1: [(0, 100)]})
-    result = check_run(to_parquet({"c": clean}, tmp_path / "c"), ClaimInputs(), spark)
+    result = check_run(to_parquet({"c": clean}, tmp_path / "c"), ClaimInputs(), spark, fused=fused)
     assert result.valid == "unknown" and result.exit_code == 2
+
+
+def test_record_without_a_value_is_named(spark, tmp_path):
+    """A poll record with no value cannot be placed in the version order: the per-key pass
+    says which op, and the verdict is unknown rather than a guess."""
+    h = History()
+    h.send(0, 1, 100, 0)
+    h.assign(1, [1])
+    h.poll(1, {1: [(0, 100)]})
+    h.poll(1, {1: [(1, None)]})
+    result = check_run(to_parquet({"v": h}, tmp_path), ClaimInputs(acks="all", min_insync_replicas=2), spark)
+    assert result.valid == "unknown"
+    errors = {e.checker: e.error for e in result.errors}
+    assert errors["per-key"] == "MalformedHistory: op 7: a poll record of key 1 has no value"
 
 
 def test_missing_history_is_unknown(spark, tmp_path):

@@ -1,0 +1,98 @@
+"""The fused check job: one shuffle of the history by (run, key), every per-key check in one
+Arrow pass per group (perkey.py), one collection of the small answer.
+
+The old plan ran each anomaly as its own DataFrame, about 30 Spark jobs and 100 stages of
+fixed cost per history; here a history costs the pre-pass (prepass.py: one small job, plus
+one more only when an info op wrote several keys), and one job over the shuffled rows. Each
+key group sends back at most MAX_WITNESSES witnesses and a count per anomaly, its
+statistics and the dependency edges it found; the driver merges them exactly as the
+DataFrame pipeline ranks its rows: by (sort, detail), counts summed over keys.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from typing import Callable
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+
+from checkers import perkey, prepass
+from checkers.findings import Findings
+from checkers.frames import RUN
+from checkers.result import CheckerError, Witness
+
+MAX_WITNESSES = perkey.MAX_WITNESSES
+CheckFn = Callable[[perkey.KeyData, perkey.Emitter], None]
+
+
+def per_key_answers(history: DataFrame, durable_runs: bool | list[str],
+                    checks: dict[str, CheckFn] | None = None) -> DataFrame:
+    """The per-key pass as a DataFrame of perkey.OUTPUT_SCHEMA rows."""
+    facts = prepass.collect_facts(history, durable_runs)
+    # Copied here so the workers get exactly this registry (a test may swap a check).
+    chosen = dict(perkey.CHECKS if checks is None else checks)
+
+    def facts_of(run: str) -> perkey.RunFacts:
+        return prepass.facts_for(facts, durable_runs, run)
+
+    def per_group(table: pa.Table) -> pa.Table:
+        return perkey.check_group(table, facts_of, chosen)
+
+    return history.select(*perkey.INPUT_COLUMNS).groupBy(RUN, "key").applyInArrow(per_group, perkey.OUTPUT_SCHEMA)
+
+
+def findings(history: DataFrame, durable_runs: bool | list[str], checks: dict[str, CheckFn] | None = None) -> Findings:
+    rows = per_key_answers(history, durable_runs, checks).toArrow().to_pylist()
+    return merge(rows)
+
+
+def merge(rows: list[dict]) -> Findings:
+    out = Findings()
+    counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    witnesses: dict[str, dict[str, list[tuple[float, str, list[int]]]]] = defaultdict(lambda: defaultdict(list))
+    precommitted: dict[str, dict[int, tuple[int, int]]] = defaultdict(dict)
+    processed: dict[str, int] = defaultdict(int)
+    errors: dict[str, dict[str, str]] = defaultdict(dict)
+    graphs: dict[str, tuple[list[tuple], dict[int, tuple[int, str]]]] = defaultdict(lambda: ([], {}))
+    for row in rows:
+        run, kind = row["run"], row["kind"]
+        if kind == "stat":
+            out.add_stat(run, row["f"], row["type"], row["n"], row["rows"])
+        elif kind == "count":
+            counts[run][row["anomaly"]] += row["n"]
+        elif kind == "witness":
+            witnesses[run][row["anomaly"]].append((row["sort"], row["detail"], row["op_indices"]))
+        elif kind == "precommitted":
+            found = precommitted[run].get(row["src"])
+            candidate = (row["key"], row["value"])
+            if found is None or candidate < found:
+                precommitted[run][row["src"]] = candidate
+        elif kind == "processed":
+            processed[run] += row["n"]
+        elif kind == "edge":
+            edges, vertices = graphs[run]
+            edges.append((row["src"], row["dst"], row["rel"], row["key"], row["value"]))
+            vertices[row["src"]] = (row["src_invoke"], row["src_type"])
+            vertices[row["dst"]] = (row["dst_invoke"], row["dst_type"])
+        elif kind == "error":
+            errors[run].setdefault(row["anomaly"], row["detail"])
+    for run, by_op in precommitted.items():
+        counts[run]["precommitted-read"] = len(by_op)
+        witnesses[run]["precommitted-read"] = [
+            (float(op), perkey.to_json({"key": k, "value": v}), [op]) for op, (k, v) in by_op.items()]
+    for run in list(counts):
+        if not processed.get(run):
+            # Unprocessed judges group consumers; a run that processed nothing has none.
+            counts[run].pop("unprocessed", None)
+            witnesses[run].pop("unprocessed", None)
+    for run, by_anomaly in counts.items():
+        for name, count in by_anomaly.items():
+            best = sorted(witnesses[run][name], key=lambda w: (w[0], w[1]))[:MAX_WITNESSES]
+            out.found[run][name] = (count, [Witness(op_indices=list(ops), detail=json.loads(detail))
+                                            for _, detail, ops in best])
+    for run, by_check in errors.items():
+        out.errors_by_run[run].extend(CheckerError(name, message) for name, message in sorted(by_check.items()))
+    out.graphs = dict(graphs)
+    return out

@@ -1,0 +1,113 @@
+"""The few facts a key group cannot see alone, gathered before the per-key pass.
+
+  * assign/subscribe events (ok or info) with their key sets: a process that drops a key
+    forgets its position there, whichever group the event's own rows landed in;
+  * ops whose writes span keys or that also read (txn ops, multi-record sends): whether
+    they write at all and whether they "link" keys for the cycle search;
+  * info ops writing several keys that some ok poll read in any key: they must have
+    committed, so their writes are evidence in every key they wrote.
+
+Only these ops' rows are shuffled (none at all in a plain queue run's send path), so the
+pre-pass is small next to the per-key pass. The answer is collected to the driver and
+shipped to every key group inside the per-key function.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from checkers.frames import RUN
+from checkers.perkey import RunFacts
+
+
+
+def _write() -> Column:
+    return F.col("f").isin("send", "txn") & (F.col("mop_f") == "send") & F.col("key").isNotNull()
+
+
+def _read() -> Column:
+    return F.col("f").isin("poll", "txn") & (F.col("mop_f") == "poll") & F.col("key").isNotNull()
+
+
+def collect_facts(history: DataFrame, durable_runs: bool | list[str]) -> dict[str, RunFacts]:
+    """run → RunFacts for the runs that have spanning ops or assignments (see `facts_for`).
+    `durable_runs` as frames.build_frames' `acked_sends_durable`."""
+    h = history.where(F.col("type") != "invoke")
+    multi_row_sends = (h.where((F.col("f") == "send") & (F.col("row_in_op") > 0)).select(RUN, "op_index")
+                       .distinct())
+    spanning = (h.where(F.col("f") == "txn")
+                .unionByName(h.where(F.col("f") == "send").join(F.broadcast(multi_row_sends), [RUN, "op_index"],
+                                                                  "left_semi"))
+                .where(_write() | _read())
+                .groupBy(RUN, "op_index")
+                .agg(F.first("type").alias("type"),
+                     F.countDistinct(F.when(_write(), F.col("key"))).alias("write_keys"),
+                     F.max(_read()).alias("reads"))
+                .select(RUN, F.lit("op").alias("kind"), F.lit(None).cast("bigint").alias("process"), "op_index",
+                        "type", "write_keys", "reads", F.lit(None).cast("array<bigint>").alias("keys")))
+    restricts = (h.where(F.col("f").isin("assign", "subscribe") & F.col("type").isin("ok", "info"))
+                 .groupBy(RUN, "process", "op_index").agg(F.collect_set("key").alias("keys"))
+                 .select(RUN, F.lit("restrict").alias("kind"), F.col("process").cast("bigint").alias("process"),
+                         "op_index", F.lit(None).cast("string").alias("type"),
+                         F.lit(None).cast("bigint").alias("write_keys"), F.lit(None).cast("boolean").alias("reads"),
+                         F.col("keys").cast("array<bigint>").alias("keys")))
+    rows = spanning.unionByName(restricts).collect()
+    by_run: dict[str, dict[str, Any]] = defaultdict(lambda: {"linking": [], "writing": [], "multi_info": [],
+                                                             "restricts": defaultdict(list)})
+    for row in rows:
+        facts = by_run[row[RUN]]
+        if row["kind"] == "op":
+            writes = row["write_keys"] > 0
+            if writes:
+                facts["writing"].append(row["op_index"])
+            if row["write_keys"] > 1 or (writes and row["reads"]):
+                facts["linking"].append(row["op_index"])
+            if row["type"] == "info" and row["write_keys"] > 1:
+                facts["multi_info"].append((row[RUN], row["op_index"]))
+        else:
+            facts["restricts"][row["process"]].append((row["op_index"], frozenset(row["keys"] or ())))
+    committed = _committed_multi_key_info(history, [op for f in by_run.values() for op in f["multi_info"]])
+    out: dict[str, RunFacts] = {}
+    for run, facts in by_run.items():
+        restricts = {}
+        for process, events in facts["restricts"].items():
+            events.sort(key=lambda e: e[0])
+            restricts[process] = (np.array([e[0] for e in events], np.int64), [e[1] for e in events])
+        out[run] = RunFacts(durable=is_durable(durable_runs, run),
+                            committed_info_ops=np.unique(np.array(committed.get(run, []), np.int64)),
+                            linking_ops=np.unique(np.array(facts["linking"], np.int64)),
+                            writing_ops=np.unique(np.array(facts["writing"], np.int64)),
+                            restricts=restricts)
+    return out
+
+
+def is_durable(durable_runs: bool | list[str], run: str) -> bool:
+    return durable_runs if isinstance(durable_runs, bool) else run in durable_runs
+
+
+def facts_for(facts: dict[str, RunFacts], durable_runs: bool | list[str], run: str) -> RunFacts:
+    """A run with no spanning ops and no assignments has only its durability to know."""
+    found = facts.get(run)
+    return found if found is not None else RunFacts(durable=is_durable(durable_runs, run))
+
+
+def _committed_multi_key_info(history: DataFrame, ops: list[tuple[str, int]]) -> dict[str, list[int]]:
+    """Of these info ops writing several keys, those some ok poll read a write of."""
+    if not ops:
+        return {}
+    spark = history.sparkSession
+    wanted = spark.createDataFrame(ops, f"{RUN} string, op_index bigint")
+    h = history.where(F.col("type") != "invoke")
+    writes = (h.where(_write() & (F.col("type") == "info")).join(F.broadcast(wanted), [RUN, "op_index"], "left_semi")
+              .select(RUN, "key", "value", "op_index"))
+    found = (h.where(_read() & (F.col("type") == "ok")).select(RUN, "key", "value")
+             .join(F.broadcast(writes), [RUN, "key", "value"]).select(RUN, "op_index").distinct().collect())
+    out: dict[str, list[int]] = defaultdict(list)
+    for row in found:
+        out[row[RUN]].append(row["op_index"])
+    return out

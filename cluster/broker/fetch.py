@@ -201,10 +201,17 @@ def _list_offset(broker: Broker, topic: str, p: Any, read_committed: bool, repli
     if epoch_error is not None:
         return epoch_error, -1, -1, -1
     epochs = partition.log.epochs
+    # KIP-207: a new leader's HWM is the one it had as a follower and may lag what the old
+    # leader already told consumers. Until it reaches the start of this leader's epoch it
+    # is no answer to "where does the log end" (offsets would go backwards): the client
+    # gets the retriable OFFSET_NOT_AVAILABLE and asks again.
+    lagging = replica_id != DEBUG_REPLICA_ID and partition.high_watermark < partition.epoch_start_offset
     if p.timestamp == LATEST_TIMESTAMP:
         if replica_id == DEBUG_REPLICA_ID:
             # As Kafka answers a non-consumer: the replica's own log end offset.
             return ErrorCode.none, -1, partition.log_end_offset, epochs.latest_epoch
+        if lagging:
+            return ErrorCode.offset_not_available, -1, -1, -1
         offset = partition.last_stable_offset if read_committed else partition.high_watermark
         return ErrorCode.none, -1, offset, epochs.latest_epoch
     if p.timestamp == EARLIEST_TIMESTAMP:
@@ -217,7 +224,8 @@ def _list_offset(broker: Broker, topic: str, p: Any, read_committed: bool, repli
     else:
         found = partition.log.offset_for_timestamp(p.timestamp)
     if found is None or found[0] >= partition.high_watermark:
-        return ErrorCode.none, -1, -1, -1
+        # Past what is committed: "no such record" only if the HWM can be trusted (KIP-207).
+        return (ErrorCode.offset_not_available, -1, -1, -1) if lagging else (ErrorCode.none, -1, -1, -1)
     offset, timestamp = found
     return ErrorCode.none, timestamp, offset, epochs.epoch_for_offset(offset)
 

@@ -40,6 +40,7 @@ from cluster.protocol.codec import RequestError, decode_request, payload_class
 from cluster.protocol.frames import DEFAULT_MAX_FRAME_BYTES, MIN_REQUEST_BYTES
 from cluster.protocol.versions import SUPPORTED_VERSIONS, ApiKey, api_name, is_supported
 from tests.cluster.conftest import TEST_BROKER_CONFIG
+from tests.cluster.protocol.kio_limits import readable_durations
 from tests.cluster.kafka_helpers import Consumed, check_exactly, check_order_per_key, consumer, create_topic, drain, produce_numbered
 
 # Derandomized in CI (a fixed set of examples, so a red build is reproducible); elsewhere
@@ -111,6 +112,7 @@ class ValidRequest:
 def valid_requests(draw) -> ValidRequest:
     api_key, version = draw(st.sampled_from(OFFERED))
     body = tame(api_key, draw(st.from_type(kio.index.load_request_schema(api_key, version))))
+    assume(readable_durations(body))
     correlation_id = draw(st.integers(-(2**31), 2**31 - 1))
     frame = encode_request(api_key, version, correlation_id, body)
     return ValidRequest(api_key, version, frame, expects_answer=not (api_key == ApiKey.PRODUCE and body.acks == 0))

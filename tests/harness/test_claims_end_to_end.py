@@ -61,7 +61,7 @@ def nemesis_fs(run_dir: Path) -> set[str]:
 @pytest.mark.slow
 def test_the_safe_configuration_checks_valid_under_kills_and_partitions(tmp_path):
     out, run_dir, verdict = run_test(
-        tmp_path, "--nemesis", "kill,partition", "--nemesis-interval", "6", "--time-limit", "45", "--seed", "31",
+        tmp_path, "--nemesis", "kill,partition", "--nemesis-interval", "4", "--time-limit", "30", "--seed", "31",
         cluster_config=["min.insync.replicas=2"], client_config=["acks=all", "enable.idempotence=true"])
     assert {"start-kill", "start-partition"} & nemesis_fs(run_dir), "no fault was injected"
     durable = {c["name"]: c for c in verdict["claims"]}["acked-writes-durable"]
@@ -97,7 +97,7 @@ def test_unclean_election_when_brokers_are_down_loses_acknowledged_writes(tmp_pa
 @pytest.mark.slow
 def test_acks_1_loses_writes_when_the_leader_dies_alone_and_the_claims_allow_it(tmp_path):
     out, run_dir, verdict = run_test(
-        tmp_path, "--nemesis", "lone-leader-crash", "--nemesis-interval", "5", "--time-limit", "40", "--seed", "33",
+        tmp_path, "--nemesis", "lone-leader-crash", "--nemesis-interval", "4", "--time-limit", "30", "--seed", "33",
         "--workload-option", "key_count=4", "--workload-option", "max_writes_per_key=1000000",
         cluster_config=["min.insync.replicas=1", "replica.lag.time.max.ms=30000"], client_config=["acks=1"])
     assert "start-lone-leader-crash" in nemesis_fs(run_dir)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from cluster.protocol.versions import ApiKey
 from cluster.sim.cluster import SimCluster
-from tests.cluster.sim.sim_requests import create_topic, partition_info, produce_result, read_all, send_produce
+from tests.cluster.sim.sim_requests import create_topic, partition_info, produce_result, read_all, req, send_produce
 
 TOPIC = "ledger"
 
@@ -112,3 +113,38 @@ def test_the_same_seed_gives_the_same_run() -> None:
         return read_all(sim, wait_leader(sim, survivor), TOPIC), sim.clock.monotonic_ns()
 
     assert run(7) == run(7)
+
+
+def list_latest(sim: SimCluster, broker: int) -> tuple[ErrorCode, int]:
+    """ListOffsets (latest) as a consumer asks it: (error, offset)."""
+    part = req(ApiKey.LIST_OFFSETS, 7, "ListOffsetsPartition")(partition_index=0, current_leader_epoch=-1, timestamp=-1)
+    topic = req(ApiKey.LIST_OFFSETS, 7, "ListOffsetsTopic")(name=TOPIC, partitions=(part,))
+    body = sim.call(broker, ApiKey.LIST_OFFSETS, 7, replica_id=-1, isolation_level=0, topics=(topic,))
+    answer = body.topics[0].partitions[0]
+    return answer.error_code, int(answer.offset)
+
+
+def test_a_new_leader_whose_high_watermark_lags_its_epoch_start_answers_offset_not_available() -> None:
+    # KIP-207. One follower stalls (so the HWM stays put); the leader takes acks=1 writes the
+    # other follower copies, then dies. That follower leads with log end 20 but the HWM it
+    # had as a follower, 10: "latest" would go backwards, so it is not available until the
+    # HWM reaches the start of the new epoch.
+    sim = started()
+    for i in range(10):
+        produce_acked(sim, [f"v{i}".encode()])
+    old = wait_leader(sim, 0)
+    stalled, heir = [b for b in sim.broker_ids if b != old]
+    sim.run_until(lambda: sim.broker(heir).partition(TOPIC, 0).high_watermark == 10, 5_000, what="the heir's HWM at 10")
+    sim.pause(stalled)
+    call = send_produce(sim, old, TOPIC, 0, [f"w{i}".encode() for i in range(10)], acks=1)
+    sim.run_until(lambda: call.done, 5_000, what="the acks=1 answer")
+    assert produce_result(call) == (ErrorCode.none, 10)
+    sim.run_until(lambda: sim.broker(heir).partition(TOPIC, 0).log_end_offset == 20, 5_000, what="the heir copying the writes")
+    sim.kill(old)
+    assert wait_leader(sim, heir, not_=old) == heir
+    partition = sim.broker(heir).partition(TOPIC, 0)
+    assert (partition.epoch_start_offset, partition.high_watermark) == (20, 10)
+    assert list_latest(sim, heir) == (ErrorCode.offset_not_available, -1)
+    sim.resume(stalled)
+    sim.run_until(lambda: list_latest(sim, heir) == (ErrorCode.none, 20), 20_000, step_ms=50,
+                  what="latest offset 20 once the resumed follower rejoins")

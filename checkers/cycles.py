@@ -156,7 +156,8 @@ def search(edges: list[tuple], vertices: dict[int, tuple[int, str]], *, ww_deps:
            realtime: bool = True) -> CycleReport:
     graph = nx.DiGraph()
     facts: dict[tuple[int, int], dict[str, tuple[int, int]]] = defaultdict(dict)
-    for src, dst, rel, key, value in edges:
+    # Sorted, so the cycle reported does not depend on the order Spark returned the edges in.
+    for src, dst, rel, key, value in sorted(edges, key=lambda e: (e[0], e[1], e[2], e[3], e[4])):
         if rel == "ww" and not ww_deps:
             continue
         facts[(src, dst)].setdefault(rel, (key, value))

@@ -89,7 +89,7 @@ def merge(rows: list[dict]) -> Findings:
             witnesses[run].pop("unprocessed", None)
     for run, by_anomaly in counts.items():
         for name, count in by_anomaly.items():
-            best = sorted(witnesses[run][name], key=lambda w: (w[0], w[1]))[:MAX_WITNESSES]
+            best = sorted(witnesses[run][name], key=lambda w: (w[0], w[1], list(w[2])))[:MAX_WITNESSES]
             out.found[run][name] = (count, [Witness(op_indices=list(ops), detail=json.loads(detail))
                                             for _, detail, ops in best])
     for run, by_check in errors.items():

@@ -231,7 +231,8 @@ class Emitter:
     def anomaly(self, name: str, sort: np.ndarray, ops: Callable[[int], list[int]],
                 detail: Callable[[int], dict[str, Any]]) -> None:
         """Rows 0..len(sort)-1 of one anomaly; `ops(i)` and `detail(i)` are only asked for the
-        candidates to be witnesses (the smallest sorts, ties included)."""
+        candidates to be witnesses (the smallest sorts, ties included). Witnesses are ordered
+        by (sort, detail, op indices), as pipeline._ranked orders them."""
         n = len(sort)
         if n == 0:
             return
@@ -242,10 +243,10 @@ class Emitter:
             candidates = np.flatnonzero(sort <= cut)
         else:
             candidates = np.arange(n)
-        found = sorted((float(sort[i]), to_json(detail(int(i))), int(i)) for i in candidates)[:MAX_WITNESSES]
-        for s, text, i in found:
-            self.rows.append({"kind": "witness", "anomaly": name, "sort": s, "detail": text,
-                              "op_indices": [int(x) for x in ops(i) if x is not None]})
+        found = sorted((float(sort[i]), to_json(detail(int(i))), [int(x) for x in ops(int(i)) if x is not None])
+                       for i in candidates)[:MAX_WITNESSES]
+        for s, text, op_indices in found:
+            self.rows.append({"kind": "witness", "anomaly": name, "sort": s, "detail": text, "op_indices": op_indices})
 
     def table(self) -> pa.Table:
         for row in self.rows:

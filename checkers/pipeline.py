@@ -67,7 +67,8 @@ def _ranked(frames: list[DataFrame]) -> DataFrame:
     # before ranking rather than schedule a task for each.
     union = union.coalesce(max(1, union.sparkSession.sparkContext.defaultParallelism))
     w = Window.partitionBy(RUN, "anomaly")
-    ordered = w.orderBy("sort", "detail")
+    # op_indices last: rows equal in sort and detail still rank the same on every run.
+    ordered = w.orderBy("sort", "detail", "op_indices")
     return (union.select("*", F.row_number().over(ordered).alias("rank"), F.count(F.lit(1)).over(w).alias("count"))
             .where(F.col("rank") <= MAX_WITNESSES))
 

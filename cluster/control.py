@@ -71,7 +71,7 @@ class ManagedCluster(Protocol):
     brokers: list  # list[BrokerHandle]
 
     def kill(self, broker_id: int) -> None: ...
-    def start(self, broker_id: int) -> object: ...
+    def start(self, broker_id: int, *, until: str = "ready") -> object: ...
     def stop(self, broker_id: int) -> object: ...
     def pause(self, broker_id: int) -> None: ...
     def resume(self, broker_id: int) -> None: ...
@@ -252,11 +252,15 @@ class ClusterControl:
     def start(self, broker_id: int) -> int | None:
         """Start a stopped or killed broker and wait until it answers; returns its new pid.
 
+        It answers once it listens, before it is registered with the controller: a restart
+        while a partition cuts the broker off from the controller must not wait for the
+        partition to heal (the nemesis that would heal it waits on this very call).
+
         The process is forked from this control's own long-lived thread: the launcher gives
         brokers PR_SET_PDEATHSIG, which fires when the *thread* that forked them exits, so a
         broker restarted from a short-lived worker thread would be SIGKILLed with it."""
         self._broker(broker_id)
-        self._spawner().submit(self.cluster.start, broker_id).result()
+        self._spawner().submit(lambda: self.cluster.start(broker_id, until="listening")).result()
         return self.pid(broker_id)
 
     def _spawner(self) -> ThreadPoolExecutor:

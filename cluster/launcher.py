@@ -106,6 +106,10 @@ class BrokerProcess:
     def ready_file(self) -> str:
         return f"{self.data_dir}.ready"
 
+    @property
+    def listening_file(self) -> str:
+        return f"{self.data_dir}.listening"
+
 
 def _describe(node: BrokerProcess) -> str:
     return "the controller" if node.broker_id == CONTROLLER_NODE_ID else f"broker {node.broker_id}"
@@ -217,6 +221,7 @@ class LocalCluster:
             sys.executable, "-m", "cluster.runtime.broker_main",
             "--broker-id", str(broker_id), "--host", broker.host, "--port", str(broker.port),
             "--data-dir", broker.data_dir, "--log-file", broker.log_path, "--ready-file", broker.ready_file,
+            "--listening-file", broker.listening_file,
         ]
         if self._seed is not None:
             argv += ["--seed", str(self._seed + broker_id)]
@@ -237,13 +242,19 @@ class LocalCluster:
             argv += ["--config", f"{key}={value}"]
         return argv
 
-    def start(self, broker_id: int) -> BrokerProcess:
+    def start(self, broker_id: int, *, until: str = "ready") -> BrokerProcess:
+        """Start a broker (or the controller) and wait until it is `until`: "ready" (registered
+        and unfenced by the controller) or "listening" (accepting connections, registered or
+        not: what a fault injector restarting a broker inside a partition can wait for)."""
+        if until not in ("ready", "listening"):
+            raise ValueError(f"until={until!r}: expected 'ready' or 'listening'")
         broker = self._node(broker_id)
         is_controller = broker_id == CONTROLLER_NODE_ID
         if self.is_alive(broker_id):
             raise RuntimeError(f"broker {broker_id} is already running (pid {broker.pid})")
-        if os.path.exists(broker.ready_file):
-            os.remove(broker.ready_file)
+        for stale in (broker.ready_file, broker.listening_file):
+            if os.path.exists(stale):
+                os.remove(stale)
         env = dict(os.environ)
         project_root = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = project_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -257,17 +268,18 @@ class LocalCluster:
                 broker.popen = subprocess.Popen(self.argv(broker_id), start_new_session=True, **popen_kwargs)  # type: ignore[call-overload]
         broker.pid = broker.popen.pid
         self._paused.discard(broker_id)
-        self._wait_ready(broker, probe_controller if is_controller else self._ready_probe)
+        signal_file = broker.listening_file if until == "listening" and not is_controller else broker.ready_file
+        self._wait_ready(broker, probe_controller if is_controller else self._ready_probe, signal_file)
         return broker
 
-    def _wait_ready(self, broker: BrokerProcess, ready_probe: Callable[[str, int], None]) -> None:
+    def _wait_ready(self, broker: BrokerProcess, ready_probe: Callable[[str, int], None], signal_file: str) -> None:
         deadline = time.monotonic() + self._startup_timeout_s
-        last_error = "no ready file yet"
+        last_error = f"no {os.path.basename(signal_file)} file yet"
         while time.monotonic() < deadline:
             if broker.popen is not None and broker.popen.poll() is not None:
                 raise BrokerStartError(f"{_describe(broker)} exited with status {broker.popen.returncode}:\n{_log_tail(broker.log_path)}")
-            if os.path.exists(broker.ready_file):
-                with open(broker.ready_file) as f:
+            if os.path.exists(signal_file):
+                with open(signal_file) as f:
                     broker.port = int(json.load(f)["port"])
                 try:
                     ready_probe(broker.host, broker.port)

@@ -55,7 +55,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--data-dir", required=True)
     parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE", help="broker property (repeatable)")
     parser.add_argument("--log-file", help="default: DATA_DIR/broker.log")
-    parser.add_argument("--ready-file", help="written (JSON host/port/pid) once the broker accepts connections")
+    parser.add_argument("--ready-file", help="written (JSON host/port/pid) once the controller has unfenced the broker")
+    parser.add_argument("--listening-file", help="written (JSON host/port/pid) as soon as the broker accepts connections")
     parser.add_argument("--seed", type=int, help="seed of the broker's RNG (topic ids, member ids, fault draws)")
     return parser.parse_args(argv)
 
@@ -92,7 +93,7 @@ async def _combined_controller(config: BrokerConfig, loop: asyncio.AbstractEvent
     return controller, server, Endpoint(config.broker_id, config.host, port)
 
 
-async def serve(config: BrokerConfig, seed: int, ready_file: str | None) -> None:
+async def serve(config: BrokerConfig, seed: int, ready_file: str | None, listening_file: str | None = None) -> None:
     loop = asyncio.get_running_loop()
     broker: Broker | None = None
     # Bind first (not yet serving) so that with --port 0 the broker advertises the real port.
@@ -112,6 +113,10 @@ async def serve(config: BrokerConfig, seed: int, ready_file: str | None) -> None
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     log.info("broker %d listening on %s:%d (data dir %s, seed %d)", config.broker_id, config.host, port, config.data_dir, seed)
+    if listening_file:
+        # Up, though perhaps not yet registered: a broker restarted while a partition cuts it
+        # off from the controller stays here until the network heals.
+        _write_ready_file(listening_file, config.host, port)
     while not broker.ready and not stop.is_set():
         await asyncio.sleep(READY_POLL_S)
     if ready_file and not stop.is_set():
@@ -148,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     _setup_logging(args.log_file or os.path.join(args.data_dir, "broker.log"))
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(8), "big")
     try:
-        asyncio.run(serve(config, seed, args.ready_file))
+        asyncio.run(serve(config, seed, args.ready_file, args.listening_file))
     except Exception:
         log.exception("broker %d failed", args.broker_id)
         return 1

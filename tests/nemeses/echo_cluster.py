@@ -59,7 +59,7 @@ class EchoCluster:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def start(self, broker_id: int) -> EchoProcess:
+    def start(self, broker_id: int, *, until: str = "ready") -> EchoProcess:
         broker = self.brokers[broker_id]
         if self.is_alive(broker_id):
             raise RuntimeError(f"echo server {broker_id} is already running")

@@ -313,7 +313,43 @@ def scenario_partitioned_leader() -> dict:
         return {"inside": inside_private_namespace(), "before": before, "after": after, "started": started, "isr_after_heal": isr}
 
 
+def scenario_restart_inside_partition() -> dict:
+    """The leader is cut off from the others and the controller, killed and restarted while
+    still cut off: the restart returns once the broker listens (it cannot register yet);
+    after heal it registers."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from cluster.launcher import LocalCluster
+
+    config = {"broker.session.timeout.ms": "2000", "broker.heartbeat.interval.ms": "300", "offsets.topic.num.partitions": "3"}
+    with tempfile.TemporaryDirectory(prefix="logquake-restart-ns-") as base, \
+            LocalCluster(3, base_dir=os.path.join(base, "cluster"), config=config) as cluster:
+        control = ClusterControl(cluster)
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+        for future in admin.create_topics([NewTopic("t", 1, 3)]).values():
+            future.result(timeout=30)
+        deadline = time.monotonic() + 30
+        leader = -1
+        while leader < 0 and time.monotonic() < deadline:
+            leader = control.leaders(["t"]).get(TopicPartition("t", 0), -1)
+            time.sleep(0.1)
+        package = PartitionPackage(control, NemesisOptions(partition_targets=("primaries",), primary_topics=("t",)))
+        started = package.invoke("start-partition", {"topology": "primaries"})
+        node = cluster.brokers[leader]
+        control.kill(leader)
+        control.start(leader)
+        after_start = {"alive": control.is_alive(leader), "listening": os.path.exists(node.listening_file),
+                       "registered": os.path.exists(node.ready_file)}
+        package.invoke("stop-partition", None)
+        deadline = time.monotonic() + 30
+        while not os.path.exists(node.ready_file) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return {"inside": inside_private_namespace(), "leader": leader, "started": started, "after_start": after_start,
+                "registered_after_heal": os.path.exists(node.ready_file)}
+
+
 SCENARIOS = {
+    "restart_inside_partition": scenario_restart_inside_partition,
     "partitioned_leader": scenario_partitioned_leader,
     "broker": scenario_broker,
     "combined": scenario_combined,

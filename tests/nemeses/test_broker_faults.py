@@ -224,3 +224,13 @@ def test_a_partitioned_leader_loses_leadership_and_rejoins_after_heal():
     assert observed["started"]["cut-from-controller"] == [before], observed["started"]
     assert after in (0, 1, 2) and after != before, f"the isolated leader {before} kept leadership: {observed}"
     assert observed["isr_after_heal"] == [0, 1, 2], f"the old leader did not rejoin the ISR after heal: {observed}"
+
+
+def test_a_broker_restarted_inside_a_partition_comes_back_without_waiting_for_the_heal():
+    # The kill nemesis restarts a broker while the partition nemesis still cuts it off from
+    # the controller: the restart must not wait for a registration only the heal allows.
+    observed = run_scenario("restart_inside_partition")
+    assert observed["inside"] is True
+    assert observed["started"]["cut-from-controller"] == [observed["leader"]], observed
+    assert observed["after_start"] == {"alive": True, "listening": True, "registered": False}, observed
+    assert observed["registered_after_heal"] is True, observed

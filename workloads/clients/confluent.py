@@ -235,6 +235,10 @@ class QueueClient:
         self._sender: Sender | None = None
         self._consumer: Consumer | None = None
         self._subscribed = False
+        # Next offset per manually assigned key, as of the last ok poll or assign. librdkafka's
+        # position() forgets it across an assign until a record is consumed, and a kept key
+        # must not fall back to the committed offset (or the earliest, with none).
+        self._positions: dict[int, int] = {}
         self._rebalance_log: list[dict[str, Any]] = []
         self._auto_commit = client_config.get("enable.auto.commit", "true").lower() == "true"
 
@@ -316,6 +320,11 @@ class QueueClient:
                 self._rollback(first_offsets)
                 return Completion(outcome.type, results, error=outcome.error, end_process=outcome.end_process)
         completion = Completion("ok", results)
+        if not self._subscribed:
+            for mop in results:
+                for key, pairs in mop[1].items():
+                    if pairs:
+                        self._positions[key] = max(self._positions.get(key, -1), pairs[-1][0] + 1)
         if self._subscribed and not self._auto_commit and first_offsets:
             try:
                 consumer.commit(asynchronous=False)
@@ -346,13 +355,15 @@ class QueueClient:
         if not seek_to_beginning and not self._subscribed:
             # librdkafka's assign replaces everything; keep the position of keys that stay,
             # as the Java client's assign does.
+            kept = {k: offset for k, offset in self._positions.items() if k in keys}
             try:
                 for tp in consumer.position(consumer.assignment()):
                     key = self.keys.key(tp.topic, tp.partition)
-                    if key is not None and tp.offset >= 0:
-                        kept[key] = tp.offset
+                    if key is not None and key in keys and tp.offset >= 0:
+                        kept[key] = max(kept.get(key, -1), tp.offset)
             except KafkaException as exc:
                 log.debug("position before assign: %s", exc)
+        self._positions = dict(kept)
         if self._subscribed:
             consumer.unsubscribe()
             self._subscribed = False
@@ -366,6 +377,7 @@ class QueueClient:
         consumer = self._consumer_()
         if not self._subscribed:
             consumer.unassign()
+        self._positions = {}
         consumer.subscribe(topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost)
         self._subscribed = True
         return Completion("ok", invocation.value)
@@ -391,3 +403,4 @@ class QueueClient:
             close_with_timeout(self._consumer.close, "consumer")
             self._consumer = None
         self._subscribed = False
+        self._positions = {}

@@ -11,8 +11,9 @@ injected (lost acknowledged writes, duplicated values). Then it times:
   duckdb       lost-write, duplicate, inconsistent-offsets, nonmonotonic-poll and poll-skip as
                SQL over the same Parquet (single-machine reference)
 
-and prints micro-ops/s, the Spark/DuckDB ratio and peak memory (the process tree's RSS,
-Spark's JVM included). Usage: bench/bench_checkers.py [--sizes 1e5,1e6] [--keep DIR]
+and prints micro-ops/s, the Spark/DuckDB ratio, peak memory (the process tree's RSS: the
+driver, Spark's JVM and its Python workers) and the Spark jobs and stages of the warm check.
+Usage: bench/bench_checkers.py [--sizes 1e5,1e6,1e7,1e8] [--plan fused|per-check] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def generate(n_micro_ops: int, out_dir: Path, seed: int = 7, partitions: int = 1
     for consumer in range(1, CONSUMERS + 1):
         n = len(log_key)
         sizes = rng.integers(1, 30, n)
-        chunk = np.repeat(np.arange(n), sizes)[:n]
+        chunk = np.searchsorted(np.cumsum(sizes), np.arange(n), side="right")  # record → its chunk
         new_key = np.r_[True, log_key[1:] != log_key[:-1]]
         chunk = np.cumsum(np.r_[True, (chunk[1:] != chunk[:-1]) | new_key[1:]]) - 1
         first = np.r_[0, np.flatnonzero(np.diff(chunk)) + 1]
@@ -110,14 +111,14 @@ def _table(*, process, op_index, invoke_index, typ, f, mop_f, key, offset, value
     def col(x, dtype):
         if x is None:
             return pa.nulls(n, dtype)
-        if isinstance(x, str):
-            return pa.array([x] * n, dtype)
+        if isinstance(x, str):  # a constant, without a Python list of n strings
+            return pa.DictionaryArray.from_arrays(np.zeros(n, np.int8), pa.array([x], dtype)).cast(dtype)
         return pa.array(x, dtype)
 
     off = None if offset is None else pa.array(offset, pa.int64(), mask=np.asarray(offset) < 0)
     return pa.table({
         "process": col(process, pa.int64()), "op_index": col(op_index, pa.int64()),
-        "invoke_index": col(invoke_index, pa.int64()), "type": col(typ if isinstance(typ, str) else list(typ), pa.string()),
+        "invoke_index": col(invoke_index, pa.int64()), "type": col(typ, pa.string()),
         "f": col(f, pa.string()), "mop_index": pa.array(np.zeros(n, np.int32)), "row_in_op": col(row_in_op, pa.int32()),
         "mop_f": col(mop_f, pa.string()), "key": col(key, pa.int64()),
         "offset": off if off is not None else pa.nulls(n, pa.int64()), "value": col(value, pa.int64()),
@@ -208,6 +209,9 @@ def main() -> int:
     parser.add_argument("--sizes", default="1e5,1e6", help="comma-separated micro-op counts (e.g. 1e5,1e6,1e7)")
     parser.add_argument("--keep", default=None, help="write histories here and keep them")
     parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--plan", choices=("fused", "per-check"), default="fused",
+                        help="fused per-key pass (default) or the one-check-at-a-time DataFrame plan")
+    parser.add_argument("--no-duckdb", action="store_true", help="skip the DuckDB reference")
     args = parser.parse_args()
     sizes = [int(float(s)) for s in args.sizes.split(",")]
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-checkers-"))
@@ -218,8 +222,10 @@ def main() -> int:
     conf = dict(item.split("=", 1) for item in args.spark_conf)
     inputs = ClaimInputs(acks="all", min_insync_replicas=2, idempotence=True)
     print(f"cores {os.cpu_count()}, load average {os.getloadavg()[0]:.1f}")
-    print(f"{'micro-ops':>10} {'rows':>10} {'start s':>8} {'cold s':>8} {'warm s':>8} {'duckdb s':>9} "
-          f"{'warm ops/s':>11} {'ratio':>6} {'spark peak MB':>14} {'duckdb peak MB':>15}  found")
+    fused = args.plan == "fused"
+    print(f"plan {args.plan}; {'micro-ops':>10} {'rows':>10} {'start s':>8} {'cold s':>8} {'warm s':>8} "
+          f"{'duckdb s':>9} {'warm ops/s':>11} {'ratio':>6} {'spark peak MB':>14} {'duckdb peak MB':>15} "
+          f"{'jobs':>5} {'stages':>6}  found")
     try:
         for size in sizes:
             out = root / f"h{size}"
@@ -233,19 +239,28 @@ def main() -> int:
                 spark.range(1).count()
                 started = time.perf_counter() - start
                 start = time.perf_counter()
-                cold = check_runs(out, inputs, spark)["bench"]
+                cold = check_runs(out, inputs, spark, fused=fused)["bench"]
                 cold_s = time.perf_counter() - start
+                tracker = spark.sparkContext.statusTracker()
+                jobs_before = set(tracker.getJobIdsForGroup(None))
                 start = time.perf_counter()
-                warm = check_runs(out, inputs, spark)["bench"]
+                warm = check_runs(out, inputs, spark, fused=fused)["bench"]
                 warm_s = time.perf_counter() - start
+                jobs = sorted(set(tracker.getJobIdsForGroup(None)) - jobs_before)
+                stages = sum(len(info.stageIds) for info in map(tracker.getJobInfo, jobs) if info is not None)
                 spark.stop()
-            duck_s, duck_counts, duck_peak = bench_duckdb(out)
+            if args.no_duckdb:
+                duck_s, duck_counts, duck_peak = float("nan"), {}, 0
+            else:
+                duck_s, duck_counts, duck_peak = bench_duckdb(out)
             found = {a.name: a.count for a in warm.anomalies}
             assert {a.name: a.count for a in cold.anomalies} == found
-            print(f"{size:>10} {facts['rows']:>10} {started:>8.1f} {cold_s:>8.1f} {warm_s:>8.1f} {duck_s:>9.2f} "
-                  f"{facts['rows'] / warm_s:>11.0f} {warm_s / duck_s:>6.1f} {spark_mem.peak_bytes / 2**20:>14.0f} "
-                  f"{duck_peak / 2**20:>15.0f}  spark {found} duckdb {duck_counts} errors {warm.errors}",
-                  flush=True)
+            print(f"plan {args.plan}; {size:>10} {facts['rows']:>10} {started:>8.1f} {cold_s:>8.1f} {warm_s:>8.1f} "
+                  f"{duck_s:>9.2f} {facts['rows'] / warm_s:>11.0f} {warm_s / duck_s:>6.1f} "
+                  f"{spark_mem.peak_bytes / 2**20:>14.0f} {duck_peak / 2**20:>15.0f} {len(jobs):>5} {stages:>6}  "
+                  f"spark {found} duckdb {duck_counts} errors {warm.errors}", flush=True)
+            if not args.keep:
+                shutil.rmtree(out, ignore_errors=True)  # 10^8 micro-ops take 0.5 GB of disk
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)

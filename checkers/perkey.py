@@ -18,7 +18,6 @@ A group answers with rows of `OUTPUT_SCHEMA`, tagged by `kind`:
   precommitted  (op, key, smallest value) of an op that read its own send in this key; the
                 anomaly is per op, across keys, so the driver combines them
   edge          a ww/wr dependency edge the cycle search may need (see cycles.py)
-  stat          ops (rows with row_in_op 0) and rows per (f, type)
   processed     how many ok process records this key holds (unprocessed applies to a run
                 only if it processed anything)
   error         a check family that raised; its name and message
@@ -28,6 +27,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Callable
 
 import numpy as np
@@ -39,10 +39,11 @@ MAX_WITNESSES = 8
 MAX_WITNESS_OPS = 8
 DEFAULT_GROUP = "default"
 
-INPUT_COLUMNS = ("run", "process", "op_index", "invoke_index", "type", "f", "mop_f", "row_in_op", "key", "offset",
-                 "value", "rebalanced", "group")
+# The columns a group gets: the history's, with type, f, mop_f and rebalanced packed into
+# `code` (see CODE_FIELDS) so that fewer and cheaper columns cross from the JVM.
+INPUT_COLUMNS = ("run", "key", "process", "op_index", "invoke_index", "row_in_op", "offset", "value", "code", "group")
 OUTPUT_SCHEMA = ("run string, kind string, anomaly string, sort double, op_indices array<bigint>, detail string, "
-                 "n bigint, rows bigint, f string, type string, src bigint, dst bigint, rel string, key bigint, "
+                 "n bigint, src bigint, dst bigint, rel string, key bigint, "
                  "value bigint, src_invoke bigint, src_type string, dst_invoke bigint, dst_type string")
 _ARROW_TYPES = {"string": pa.string(), "double": pa.float64(), "bigint": pa.int64(),
                 "array<bigint>": pa.list_(pa.int64())}
@@ -50,6 +51,18 @@ ARROW_SCHEMA = pa.schema([(name, _ARROW_TYPES[typ]) for name, typ in
                           (part.strip().split(" ") for part in OUTPUT_SCHEMA.split(","))])
 
 _EMPTY_I64 = np.zeros(0, np.int64)
+# code = type + 8 × f + 64 × mop_f + 512 × rebalanced, where each string is its position in
+# these tuples (OTHER for any other value or null), and rebalanced is 1 when true or null
+# (the DataFrame plan's `where(~rebalanced)` drops null too).
+TYPES = ("ok", "info", "fail", "invoke")
+OK, INFO, FAIL, INVOKE = range(4)
+FS = ("send", "poll", "txn")
+F_SEND, F_POLL, F_TXN = range(3)
+MOPS = ("send", "poll", "process", "commit")
+MOP_SEND, MOP_POLL, MOP_PROCESS, MOP_COMMIT = range(4)
+OTHER = 7
+CODE_FIELDS = (("type", TYPES, 1), ("f", FS, 8), ("mop_f", MOPS, 64))
+REBALANCED_BIT = 512
 
 
 @dataclass
@@ -134,39 +147,39 @@ class KeyData:
         offset, has_off = _ints(table.column("offset"))
         value, has_value = _ints(table.column("value"))
         invoke, _ = _ints(table.column("invoke_index"))
-        rebalanced = pc.fill_null(table.column("rebalanced"), False).to_numpy(zero_copy_only=False)
+        code, _ = _ints(table.column("code"))
         cols = {
             "op": op_index,
             "invoke": invoke,
             "process": table.column("process").to_numpy(zero_copy_only=False),
-            "type": table.column("type").to_numpy(zero_copy_only=False),
-            "f": table.column("f").to_numpy(zero_copy_only=False),
-            "mop": table.column("mop_f").to_numpy(zero_copy_only=False),
+            "type": (code & 7).astype(np.int8),
+            "f": ((code >> 3) & 7).astype(np.int8),
+            "mop": ((code >> 6) & 7).astype(np.int8),
             "row": row_in_op,
             "has_off": has_off,
             "offset": offset,
             "value": value,
             "has_value": has_value,
-            "rebalanced": np.asarray(rebalanced, bool),
+            "rebalanced": (code & REBALANCED_BIT) != 0,
             "group": table.column("group").to_numpy(zero_copy_only=False),
         }
-        order = order[cols["type"][order] != "invoke"]
+        order = order[cols["type"][order] != INVOKE]
         self.all = Rows({name: col[order] for name, col in cols.items()})
         cols = self.all.cols
         f, mop = cols["f"], cols["mop"]
-        read_mask = ((f == "poll") | (f == "txn")) & (mop == "poll")
-        write_mask = ((f == "send") | (f == "txn")) & (mop == "send")
+        read_mask = ((f == F_POLL) | (f == F_TXN)) & (mop == MOP_POLL)
+        write_mask = ((f == F_SEND) | (f == F_TXN)) & (mop == MOP_SEND)
         bad = np.flatnonzero((read_mask | write_mask) & ~cols["has_value"])
         if len(bad):
-            raise MalformedHistory(f"op {int(cols['op'][bad[0]])}: a {mop[bad[0]]} record of key {self.key} "
+            raise MalformedHistory(f"op {int(cols['op'][bad[0]])}: a {MOPS[mop[bad[0]]]} record of key {self.key} "
                                    "has no value")
         self.reads = self.all.where(read_mask)
         self.writes = self.all.where(write_mask)
         r, w = self.reads, self.writes
-        self.ok_read_values = np.unique(r.value[r.type == "ok"])
-        info = w.type == "info"
+        self.ok_read_values = np.unique(r.value[r.type == OK])
+        info = w.type == INFO
         info_committed = info & (_isin_sorted(w.value, self.ok_read_values) | _isin_sorted(w.op, facts.committed_info_ops))
-        committed_ops = np.unique(np.concatenate([w.op[w.type == "ok"], w.op[info_committed]]))
+        committed_ops = np.unique(np.concatenate([w.op[w.type == OK], w.op[info_committed]]))
         self.write_committed = _isin_sorted(w.op, committed_ops)
         evidence = self.writes.where(self.write_committed & w.has_off & facts.durable)
         # (offset, value, op) of every record that is evidence of the log.
@@ -209,15 +222,33 @@ class KeyData:
         pos = np.searchsorted(self.slot_offset, offsets)
         return [int(self.slot_idx[p]) if k else None for p, k in zip(pos, known)]
 
-    def first_per_value(self, rows: Rows) -> tuple[np.ndarray, np.ndarray, list[int | None]]:
+    def first_per_value(self, rows: Rows) -> tuple[np.ndarray, np.ndarray, "Offsets"]:
         """Per distinct value of `rows`: the smallest op index and the smallest known offset."""
         order = np.lexsort((rows.op, rows.value))
         values, ops = rows.value[order], rows.op[order]
         starts = _group_starts(values)
-        off = np.where(rows.has_off, rows.offset, np.iinfo(np.int64).max)[order]
+        off = np.where(rows.has_off, rows.offset, _NO_OFFSET)[order]
         min_off = np.minimum.reduceat(off, starts) if len(starts) else _EMPTY_I64
-        offsets = [None if o == np.iinfo(np.int64).max else int(o) for o in min_off]
-        return values[starts], ops[starts], offsets
+        return values[starts], ops[starts], Offsets(min_off)
+
+    @cached_property
+    def sent_ok(self) -> tuple[np.ndarray, np.ndarray, "Offsets"]:
+        w = self.writes
+        return self.first_per_value(w.where(w.type == OK))
+
+
+_NO_OFFSET = np.iinfo(np.int64).max
+
+
+class Offsets:
+    """Offsets where `_NO_OFFSET` means unknown; indexing gives an int or None."""
+
+    def __init__(self, raw: np.ndarray) -> None:
+        self.raw = raw
+
+    def __getitem__(self, i: int) -> int | None:
+        o = self.raw[i]
+        return None if o == _NO_OFFSET else int(o)
 
 
 class Emitter:
@@ -286,7 +317,7 @@ def lost_write(d: KeyData, out: Emitter) -> None:
         return
     at_bound = values[first_off == bound]
     r = d.reads
-    max_read_op = int(r.op[(r.type == "ok") & _isin_sorted(r.value, at_bound)].min())
+    max_read_op = int(r.op[(r.type == OK) & _isin_sorted(r.value, at_bound)].min())
     bound_idx = d.slot_idx_at(np.array([bound]))[0]
     lv, lf = values[lost], first_off[lost]
     first_idx = d.slot_idx_at(lf)
@@ -297,13 +328,8 @@ def lost_write(d: KeyData, out: Emitter) -> None:
                            "max_read_index": bound_idx})
 
 
-def _sent_ok(d: KeyData) -> tuple[np.ndarray, np.ndarray, list[int | None]]:
-    w = d.writes
-    return d.first_per_value(w.where(w.type == "ok"))
-
-
 def unseen(d: KeyData, out: Emitter) -> None:
-    values, ops, offsets = _sent_ok(d)
+    values, ops, offsets = d.sent_ok
     found = np.flatnonzero(~_isin_sorted(values, d.ok_read_values))
     out.anomaly("unseen", d.key * 1e9 + ops[found].astype(np.float64), lambda i: [int(ops[found[i]])],
                 lambda i: {"key": d.key, "value": int(values[found[i]]), "offset": offsets[found[i]]})
@@ -340,14 +366,14 @@ def inconsistent_offsets(d: KeyData, out: Emitter) -> None:
 def aborted_read(d: KeyData, out: Emitter) -> None:
     """G1a: one row per (value, failed writer) that some ok poll read."""
     w, r = d.writes, d.reads
-    failed = w.where((w.type == "fail") & _isin_sorted(w.value, d.ok_read_values))
+    failed = w.where((w.type == FAIL) & _isin_sorted(w.value, d.ok_read_values))
     if len(failed) == 0:
         return
     order = np.lexsort((failed.op, failed.value))
     fv, fo = failed.value[order], failed.op[order]
     keep = _group_starts(fv, fo)
     fv, fo = fv[keep], fo[keep]
-    ok = r.where(r.type == "ok")
+    ok = r.where(r.type == OK)
     order = np.lexsort((ok.op, ok.value))
     rv, ro = ok.value[order], ok.op[order]
     rstarts = _group_starts(rv)
@@ -359,8 +385,10 @@ def aborted_read(d: KeyData, out: Emitter) -> None:
 def precommitted_read(d: KeyData, out: Emitter) -> None:
     """Rows (op, key, smallest value) for ops that read a value they sent to this key."""
     w, r = d.writes, d.reads
-    if len(w) == 0 or len(r) == 0:
+    both = np.intersect1d(w.op, r.op)  # ops that send and poll: txns
+    if len(both) == 0:
         return
+    w, r = w.where(_isin_sorted(w.op, both)), r.where(_isin_sorted(r.op, both))
     hit = pd.MultiIndex.from_arrays([w.op, w.value]).isin(pd.MultiIndex.from_arrays([r.op, r.value]))
     if not hit.any():
         return
@@ -431,7 +459,7 @@ def _plain(x: Any) -> Any:
 
 def external_poll(d: KeyData, out: Emitter) -> None:
     r = d.reads
-    rows = _external(d, r, r.type == "ok")
+    rows = _external(d, r, r.type == OK)
     delta = rows[5]
     _emit_external(d, out, "poll-skip", rows, delta > 1, -1)
     _emit_external(d, out, "nonmonotonic-poll", rows, delta < 1, 1)
@@ -439,7 +467,7 @@ def external_poll(d: KeyData, out: Emitter) -> None:
 
 def external_send(d: KeyData, out: Emitter) -> None:
     w = d.writes
-    sends = w.where((w.type == "ok") | (w.type == "info"))
+    sends = w.where((w.type == OK) | (w.type == INFO))
     rows = _external(d, sends, np.ones(len(sends), bool))
     _emit_external(d, out, "nonmonotonic-send", rows, rows[5] < 1, 1)
 
@@ -474,7 +502,7 @@ def internal_send(d: KeyData, out: Emitter) -> None:
 
 def _processed(d: KeyData) -> Rows:
     a = d.all
-    p = a.where((a.mop == "process") & (a.type == "ok"))
+    p = a.where((a.mop == MOP_PROCESS) & (a.type == OK))
     p.cols["grp"] = np.array([DEFAULT_GROUP if g is None or g != g else g for g in p.group], object)
     return p
 
@@ -501,7 +529,7 @@ def duplicate_processing(d: KeyData, out: Emitter) -> None:
 def unprocessed(d: KeyData, out: Emitter) -> None:
     p = _processed(d)
     out.rows.append({"kind": "processed", "n": len(p)})
-    values, ops, offsets = _sent_ok(d)
+    values, ops, offsets = d.sent_ok
     found = np.flatnonzero(~np.isin(values, p.value))
     out.anomaly("unprocessed", d.key * 1e9 + ops[found].astype(np.float64), lambda i: [int(ops[found[i]])],
                 lambda i: {"key": d.key, "value": int(values[found[i]]), "offset": offsets[found[i]]})
@@ -509,7 +537,7 @@ def unprocessed(d: KeyData, out: Emitter) -> None:
 
 def nonmonotonic_commit(d: KeyData, out: Emitter) -> None:
     a = d.all
-    c = a.where((a.mop == "commit") & (a.type == "ok") & a.has_off)
+    c = a.where((a.mop == MOP_COMMIT) & (a.type == OK) & a.has_off)
     if len(c) == 0:
         return
     grp = [DEFAULT_GROUP if g is None or g != g else g for g in c.group]
@@ -545,13 +573,13 @@ def edges(d: KeyData, out: Emitter) -> None:
     write_ops = np.union1d(np.unique(w.op), d.facts.writing_ops)
 
     def backward(src_invoke: np.ndarray, dst: np.ndarray, dst_type: np.ndarray) -> np.ndarray:
-        return (dst_type != "info") & (dst < src_invoke)
+        return (dst_type != INFO) & (dst < src_invoke)
 
     def emit(src, dst, rel, values, src_invoke, src_type, dst_invoke, dst_type) -> None:
         for k in range(len(src)):
             out.rows.append({"kind": "edge", "src": int(src[k]), "dst": int(dst[k]), "rel": rel, "key": d.key,
-                             "value": int(values[k]), "src_invoke": int(src_invoke[k]), "src_type": src_type[k],
-                             "dst_invoke": int(dst_invoke[k]), "dst_type": dst_type[k]})
+                             "value": int(values[k]), "src_invoke": int(src_invoke[k]), "src_type": TYPES[src_type[k]],
+                             "dst_invoke": int(dst_invoke[k]), "dst_type": TYPES[dst_type[k]]})
 
     # wr: writer of v → every op that read v.
     if len(r):
@@ -600,33 +628,35 @@ DELIVERY = {
 CHECKS: dict[str, Callable[[KeyData, Emitter], None]] = {**KAFKA, **DELIVERY, "cycles": edges}
 
 
-def _stats(table: pa.Table, out: Emitter) -> None:
-    first = pc.equal(table.column("row_in_op"), 0)
-    counted = pa.table({"f": table.column("f"), "type": table.column("type"), "first": pc.cast(first, pa.int64())})
-    for row in counted.group_by(["f", "type"]).aggregate([("first", "sum"), ("first", "count")]).to_pylist():
-        out.rows.append({"kind": "stat", "f": row["f"], "type": row["type"], "n": int(row["first_sum"] or 0),
-                         "rows": int(row["first_count"])})
-
-
 def check_group(table: pa.Table, facts: Callable[[str], RunFacts],
                 checks: dict[str, Callable[[KeyData, Emitter], None]]) -> pa.Table:
-    """All checks on the rows of one (run, key); rows with no key give statistics only."""
+    """All checks on the rows of one (run, key)."""
     run = str(table.column("run")[0].as_py())
-    key = table.column("key")[0].as_py()
-    out = Emitter(run, key)
-    _stats(table, out)
-    if key is not None:
+    out = Emitter(run, table.column("key")[0].as_py())
+    try:
+        data = KeyData(table, facts(run))
+    except Exception as exc:
+        out.rows.append({"kind": "error", "anomaly": "per-key", "detail": describe(exc)})
+        return out.table()
+    for name, check in checks.items():
         try:
-            data = KeyData(table, facts(run))
+            check(data, out)
         except Exception as exc:
-            out.rows.append({"kind": "error", "anomaly": "per-key", "detail": describe(exc)})
-            return out.table()
-        for name, check in checks.items():
-            try:
-                check(data, out)
-            except Exception as exc:
-                out.rows.append({"kind": "error", "anomaly": name, "detail": describe(exc)})
+            out.rows.append({"kind": "error", "anomaly": name, "detail": describe(exc)})
     return out.table()
+
+
+def check_partition(table: pa.Table, facts: Callable[[str], RunFacts],
+                    checks: dict[str, Callable[[KeyData, Emitter], None]]) -> list[pa.Table]:
+    """check_group on every (run, key) of a partition, whatever its row order."""
+    if table.num_rows == 0:
+        return []
+    table = table.take(pc.sort_indices(table, sort_keys=[("run", "ascending"), ("key", "ascending")]))
+    runs = pc.dictionary_encode(table.column("run")).combine_chunks().indices.to_numpy(zero_copy_only=False)
+    keys, _ = _ints(table.column("key"))
+    starts = _group_starts(runs, keys)
+    ends = np.append(starts[1:], table.num_rows)
+    return [check_group(table.slice(int(a), int(b - a)), facts, checks) for a, b in zip(starts, ends)]
 
 
 def describe(exc: BaseException) -> str:

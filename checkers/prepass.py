@@ -5,7 +5,8 @@
   * ops whose writes span keys or that also read (txn ops, multi-record sends): whether
     they write at all and whether they "link" keys for the cycle search;
   * info ops writing several keys that some ok poll read in any key: they must have
-    committed, so their writes are evidence in every key they wrote.
+    committed, so their writes are evidence in every key they wrote;
+  * and the run statistics (ops and rows per f and type), a partial aggregation.
 
 Only these ops' rows are shuffled (none at all in a plain queue run's send path), so the
 pre-pass is small next to the per-key pass. The answer is collected to the driver and
@@ -15,6 +16,7 @@ shipped to every key group inside the per-key function.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -34,43 +36,55 @@ def _read() -> Column:
     return F.col("f").isin("poll", "txn") & (F.col("mop_f") == "poll") & F.col("key").isNotNull()
 
 
-def collect_facts(history: DataFrame, durable_runs: bool | list[str]) -> dict[str, RunFacts]:
-    """run → RunFacts for the runs that have spanning ops or assignments (see `facts_for`).
-    `durable_runs` as frames.build_frames' `acked_sends_durable`."""
+@dataclass
+class Prepass:
+    facts: dict[str, RunFacts]  # runs with spanning ops or assignments (see `facts_for`)
+    stats: list[tuple[str, str, str, int, int]]  # (run, f, type, ops, rows)
+
+
+def collect_facts(history: DataFrame, durable_runs: bool | list[str]) -> Prepass:
+    """The facts per run, and the run statistics, in one action. `durable_runs` as
+    frames.build_frames' `acked_sends_durable`."""
     h = history.where(F.col("type") != "invoke")
     multi_row_sends = (h.where((F.col("f") == "send") & (F.col("row_in_op") > 0)).select(RUN, "op_index")
-                       .distinct())
-    spanning = (h.where(F.col("f") == "txn")
-                .unionByName(h.where(F.col("f") == "send").join(F.broadcast(multi_row_sends), [RUN, "op_index"],
-                                                                  "left_semi"))
-                .where(_write() | _read())
-                .groupBy(RUN, "op_index")
-                .agg(F.first("type").alias("type"),
-                     F.countDistinct(F.when(_write(), F.col("key"))).alias("write_keys"),
-                     F.max(_read()).alias("reads"))
-                .select(RUN, F.lit("op").alias("kind"), F.lit(None).cast("bigint").alias("process"), "op_index",
-                        "type", "write_keys", "reads", F.lit(None).cast("array<bigint>").alias("keys")))
-    restricts = (h.where(F.col("f").isin("assign", "subscribe") & F.col("type").isin("ok", "info"))
-                 .groupBy(RUN, "process", "op_index").agg(F.collect_set("key").alias("keys"))
-                 .select(RUN, F.lit("restrict").alias("kind"), F.col("process").cast("bigint").alias("process"),
-                         "op_index", F.lit(None).cast("string").alias("type"),
-                         F.lit(None).cast("bigint").alias("write_keys"), F.lit(None).cast("boolean").alias("reads"),
-                         F.col("keys").cast("array<bigint>").alias("keys")))
-    rows = spanning.unionByName(restricts).collect()
+                       .distinct().withColumn("multi_row", F.lit(True)))
+    assigning = F.col("f").isin("assign", "subscribe")
+    # The rows of txn ops, of multi-record sends and of assign/subscribe ops, per op.
+    ops = (h.join(F.broadcast(multi_row_sends), [RUN, "op_index"], "left")
+           .where((F.col("f") == "txn") | F.col("multi_row").isNotNull()
+                  | (assigning & F.col("type").isin("ok", "info")))
+           .groupBy(RUN, "op_index")
+           .agg(F.first("f").alias("f"), F.first("type").alias("type"),
+                F.first(F.col("process").cast("bigint")).alias("process"),
+                F.collect_set(F.when(_write(), F.col("key"))).alias("write_keys"),
+                F.max(_read()).alias("reads"),
+                F.collect_set(F.when(assigning, F.col("key"))).alias("keys"),
+                F.lit(None).cast("bigint").alias("ops"), F.lit(None).cast("bigint").alias("rows")))
+    # Every op has exactly one row with row_in_op 0 (harness/history_parquet.py), so counting
+    # those counts ops without a distinct.
+    stats = (history.groupBy(RUN, "f", "type")
+             .agg(F.lit(None).cast("bigint").alias("op_index"), F.lit(None).cast("bigint").alias("process"),
+                  F.lit(None).cast("array<bigint>").alias("write_keys"), F.lit(None).cast("boolean").alias("reads"),
+                  F.lit(None).cast("array<bigint>").alias("keys"),
+                  F.sum((F.col("row_in_op") == 0).cast("bigint")).alias("ops"), F.count(F.lit(1)).alias("rows"))
+             .select(RUN, "op_index", "f", "type", "process", "write_keys", "reads", "keys", "ops", "rows"))
+    rows = ops.withColumn("is_stat", F.lit(False)).unionByName(stats.withColumn("is_stat", F.lit(True))).collect()
+    stat_rows = [(row[RUN], row["f"], row["type"], row["ops"] or 0, row["rows"]) for row in rows if row["is_stat"]]
+    rows = [row for row in rows if not row["is_stat"]]
     by_run: dict[str, dict[str, Any]] = defaultdict(lambda: {"linking": [], "writing": [], "multi_info": [],
                                                              "restricts": defaultdict(list)})
     for row in rows:
         facts = by_run[row[RUN]]
-        if row["kind"] == "op":
-            writes = row["write_keys"] > 0
-            if writes:
-                facts["writing"].append(row["op_index"])
-            if row["write_keys"] > 1 or (writes and row["reads"]):
-                facts["linking"].append(row["op_index"])
-            if row["type"] == "info" and row["write_keys"] > 1:
-                facts["multi_info"].append((row[RUN], row["op_index"]))
-        else:
-            facts["restricts"][row["process"]].append((row["op_index"], frozenset(row["keys"] or ())))
+        if row["f"] in ("assign", "subscribe"):
+            facts["restricts"][row["process"]].append((row["op_index"], frozenset(row["keys"])))
+            continue
+        write_keys = len(row["write_keys"])
+        if write_keys:
+            facts["writing"].append(row["op_index"])
+        if write_keys > 1 or (write_keys and row["reads"]):
+            facts["linking"].append(row["op_index"])
+        if row["type"] == "info" and write_keys > 1:
+            facts["multi_info"].append((row[RUN], row["op_index"]))
     committed = _committed_multi_key_info(history, [op for f in by_run.values() for op in f["multi_info"]])
     out: dict[str, RunFacts] = {}
     for run, facts in by_run.items():
@@ -83,7 +97,7 @@ def collect_facts(history: DataFrame, durable_runs: bool | list[str]) -> dict[st
                             linking_ops=np.unique(np.array(facts["linking"], np.int64)),
                             writing_ops=np.unique(np.array(facts["writing"], np.int64)),
                             restricts=restricts)
-    return out
+    return Prepass(facts=out, stats=stat_rows)
 
 
 def is_durable(durable_runs: bool | list[str], run: str) -> bool:

@@ -41,7 +41,15 @@ def _code() -> Column:
             position = F.when(F.col(column) == name, F.lit(i)).otherwise(position)
         code = code + position * weight
     rebalanced = F.when(F.coalesce(F.col("rebalanced"), F.lit(True)), F.lit(perkey.REBALANCED_BIT)).otherwise(0)
-    return (code + rebalanced).cast("int")
+    row = F.col("row_in_op").cast("bigint")
+    waited = F.col("op_index") - F.col("invoke_index")
+    fits = ((row >= 0) & (row < perkey.ROW_LIMIT) & (waited >= 0) & (waited < perkey.INVOKE_LIMIT))
+    packed = (code.cast("bigint") + rebalanced + F.shiftleft(row, perkey.ROW_SHIFT)
+              + F.shiftleft(waited, perkey.INVOKE_SHIFT))
+    return F.when(fits, packed).otherwise(F.raise_error(F.concat(
+        F.lit("op "), F.col("op_index").cast("string"), F.lit(": row_in_op "), F.col("row_in_op").cast("string"),
+        F.lit(" or invoke_index "), F.col("invoke_index").cast("string"),
+        F.lit(" out of the range the per-key pass packs (row < 2^22, invocation < 2^31 events before)"))))
 
 
 def per_key_answers(history: DataFrame, pre: prepass.Prepass, durable_runs: bool | list[str],
@@ -68,9 +76,10 @@ def per_key_answers(history: DataFrame, pre: prepass.Prepass, durable_runs: bool
         for answer in perkey.check_partition(pa.Table.from_batches(received), facts_of, chosen):
             yield from answer.to_batches()
 
-    coded = (history.where(F.col("key").isNotNull())
-             .select(RUN, "key", "process", "op_index", "invoke_index", "row_in_op", "offset", "value",
-                     _code().alias("code"), "group"))
+    columns = [RUN, "key", "process", "op_index", "offset", "value", _code().alias("code")]
+    if pre.grouped_rows:
+        columns.append("group")
+    coded = history.where(F.col("key").isNotNull()).select(*columns)
     return coded.repartition(partitions, RUN, "key").mapInArrow(per_partition, perkey.OUTPUT_SCHEMA)
 
 

@@ -39,9 +39,11 @@ MAX_WITNESSES = 8
 MAX_WITNESS_OPS = 8
 DEFAULT_GROUP = "default"
 
-# The columns a group gets: the history's, with type, f, mop_f and rebalanced packed into
-# `code` (see CODE_FIELDS) so that fewer and cheaper columns cross from the JVM.
-INPUT_COLUMNS = ("run", "key", "process", "op_index", "invoke_index", "row_in_op", "offset", "value", "code", "group")
+# The columns a group gets: the history's, with type, f, mop_f, rebalanced, row_in_op and
+# invoke_index packed into `code` (see CODE_FIELDS) so that fewer and cheaper columns cross
+# from the JVM (that crossing is most of the per-key pass's cost). `group` may be left out
+# when no row is a process or commit record.
+INPUT_COLUMNS = ("run", "key", "process", "op_index", "offset", "value", "code", "group")
 OUTPUT_SCHEMA = ("run string, kind string, anomaly string, sort double, op_indices array<bigint>, detail string, "
                  "n bigint, src bigint, dst bigint, rel string, key bigint, "
                  "value bigint, src_invoke bigint, src_type string, dst_invoke bigint, dst_type string")
@@ -51,9 +53,11 @@ ARROW_SCHEMA = pa.schema([(name, _ARROW_TYPES[typ]) for name, typ in
                           (part.strip().split(" ") for part in OUTPUT_SCHEMA.split(","))])
 
 _EMPTY_I64 = np.zeros(0, np.int64)
-# code = type + 8 × f + 64 × mop_f + 512 × rebalanced, where each string is its position in
-# these tuples (OTHER for any other value or null), and rebalanced is 1 when true or null
-# (the DataFrame plan's `where(~rebalanced)` drops null too).
+# code = type + 8 × f + 64 × mop_f + 512 × rebalanced + 2^10 × row_in_op + 2^32 × (op_index −
+# invoke_index), where each string is its position in these tuples (OTHER for any other
+# value or null), and rebalanced is 1 when true or null (the DataFrame plan's
+# `where(~rebalanced)` drops null too). row_in_op must be below 2^22 and the invocation at
+# most 2^31 − 1 events before its completion (the pass refuses a history where not).
 TYPES = ("ok", "info", "fail", "invoke")
 OK, INFO, FAIL, INVOKE = range(4)
 FS = ("send", "poll", "txn")
@@ -63,6 +67,8 @@ MOP_SEND, MOP_POLL, MOP_PROCESS, MOP_COMMIT = range(4)
 OTHER = 7
 CODE_FIELDS = (("type", TYPES, 1), ("f", FS, 8), ("mop_f", MOPS, 64))
 REBALANCED_BIT = 512
+ROW_SHIFT, ROW_LIMIT = 10, 1 << 22
+INVOKE_SHIFT, INVOKE_LIMIT = 32, 1 << 31
 
 
 @dataclass
@@ -142,12 +148,15 @@ class KeyData:
         self.key = int(table.column("key")[0].as_py())
         self.facts = facts
         op_index, _ = _ints(table.column("op_index"))
-        row_in_op, _ = _ints(table.column("row_in_op"))
+        code, _ = _ints(table.column("code"))
+        row_in_op = (code >> ROW_SHIFT) & (ROW_LIMIT - 1)
         order = np.lexsort((row_in_op, op_index))
         offset, has_off = _ints(table.column("offset"))
         value, has_value = _ints(table.column("value"))
-        invoke, _ = _ints(table.column("invoke_index"))
-        code, _ = _ints(table.column("code"))
+        invoke = op_index - (code >> INVOKE_SHIFT)
+        names = table.column_names
+        group = (table.column("group").to_numpy(zero_copy_only=False) if "group" in names
+                 else np.full(len(code), None, object))
         cols = {
             "op": op_index,
             "invoke": invoke,
@@ -161,7 +170,7 @@ class KeyData:
             "value": value,
             "has_value": has_value,
             "rebalanced": (code & REBALANCED_BIT) != 0,
-            "group": table.column("group").to_numpy(zero_copy_only=False),
+            "group": group,
         }
         order = order[cols["type"][order] != INVOKE]
         self.all = Rows({name: col[order] for name, col in cols.items()})

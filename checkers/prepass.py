@@ -40,6 +40,7 @@ def _read() -> Column:
 class Prepass:
     facts: dict[str, RunFacts]  # runs with spanning ops or assignments (see `facts_for`)
     stats: list[tuple[str, str, str, int, int]]  # (run, f, type, ops, rows)
+    grouped_rows: int  # process and commit records: only they need the group column
 
 
 def collect_facts(history: DataFrame, durable_runs: bool | list[str]) -> Prepass:
@@ -59,17 +60,20 @@ def collect_facts(history: DataFrame, durable_runs: bool | list[str]) -> Prepass
                 F.collect_set(F.when(_write(), F.col("key"))).alias("write_keys"),
                 F.max(_read()).alias("reads"),
                 F.collect_set(F.when(assigning, F.col("key"))).alias("keys"),
-                F.lit(None).cast("bigint").alias("ops"), F.lit(None).cast("bigint").alias("rows")))
+                F.lit(None).cast("bigint").alias("ops"), F.lit(None).cast("bigint").alias("rows"),
+                F.lit(None).cast("bigint").alias("grouped")))
     # Every op has exactly one row with row_in_op 0 (harness/history_parquet.py), so counting
     # those counts ops without a distinct.
     stats = (history.groupBy(RUN, "f", "type")
              .agg(F.lit(None).cast("bigint").alias("op_index"), F.lit(None).cast("bigint").alias("process"),
                   F.lit(None).cast("array<bigint>").alias("write_keys"), F.lit(None).cast("boolean").alias("reads"),
                   F.lit(None).cast("array<bigint>").alias("keys"),
-                  F.sum((F.col("row_in_op") == 0).cast("bigint")).alias("ops"), F.count(F.lit(1)).alias("rows"))
-             .select(RUN, "op_index", "f", "type", "process", "write_keys", "reads", "keys", "ops", "rows"))
+                  F.sum((F.col("row_in_op") == 0).cast("bigint")).alias("ops"), F.count(F.lit(1)).alias("rows"),
+                  F.sum(F.col("mop_f").isin("process", "commit").cast("bigint")).alias("grouped"))
+             .select(RUN, "op_index", "f", "type", "process", "write_keys", "reads", "keys", "ops", "rows", "grouped"))
     rows = ops.withColumn("is_stat", F.lit(False)).unionByName(stats.withColumn("is_stat", F.lit(True))).collect()
     stat_rows = [(row[RUN], row["f"], row["type"], row["ops"] or 0, row["rows"]) for row in rows if row["is_stat"]]
+    grouped_rows = sum(row["grouped"] or 0 for row in rows if row["is_stat"])
     rows = [row for row in rows if not row["is_stat"]]
     by_run: dict[str, dict[str, Any]] = defaultdict(lambda: {"linking": [], "writing": [], "multi_info": [],
                                                              "restricts": defaultdict(list)})
@@ -97,7 +101,7 @@ def collect_facts(history: DataFrame, durable_runs: bool | list[str]) -> Prepass
                             linking_ops=np.unique(np.array(facts["linking"], np.int64)),
                             writing_ops=np.unique(np.array(facts["writing"], np.int64)),
                             restricts=restricts)
-    return Prepass(facts=out, stats=stat_rows)
+    return Prepass(facts=out, stats=stat_rows, grouped_rows=grouped_rows)
 
 
 def is_durable(durable_runs: bool | list[str], run: str) -> bool:

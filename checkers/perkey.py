@@ -109,6 +109,11 @@ def _ints(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     return pc.fill_null(col, 0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False), np.asarray(valid, bool)
 
 
+def _unique_sorted(a: np.ndarray) -> np.ndarray:
+    """np.unique of an already sorted array, without sorting or hashing it again."""
+    return a[_group_starts(a)] if len(a) else a
+
+
 def _group_starts(*sorted_cols: np.ndarray) -> np.ndarray:
     """Start positions of runs of equal tuples in already sorted columns."""
     n = len(sorted_cols[0])
@@ -188,7 +193,7 @@ class KeyData:
         self.ok_read_values = np.unique(r.value[r.type == OK])
         info = w.type == INFO
         info_committed = info & (_isin_sorted(w.value, self.ok_read_values) | _isin_sorted(w.op, facts.committed_info_ops))
-        committed_ops = np.unique(np.concatenate([w.op[w.type == OK], w.op[info_committed]]))
+        committed_ops = _unique_sorted(w.op[(w.type == OK) | info_committed])
         self.write_committed = _isin_sorted(w.op, committed_ops)
         evidence = self.writes.where(self.write_committed & w.has_off & facts.durable)
         # (offset, value, op) of every record that is evidence of the log.
@@ -394,7 +399,8 @@ def aborted_read(d: KeyData, out: Emitter) -> None:
 def precommitted_read(d: KeyData, out: Emitter) -> None:
     """Rows (op, key, smallest value) for ops that read a value they sent to this key."""
     w, r = d.writes, d.reads
-    both = np.intersect1d(w.op, r.op)  # ops that send and poll: txns
+    writers = _unique_sorted(w.op)
+    both = writers[_isin_sorted(writers, _unique_sorted(r.op))]  # ops that send and poll: txns
     if len(both) == 0:
         return
     w, r = w.where(_isin_sorted(w.op, both)), r.where(_isin_sorted(r.op, both))
@@ -579,7 +585,7 @@ def edges(d: KeyData, out: Emitter) -> None:
     first = _group_starts(wv)
     writer_value, writer_op = wv[first], w.op[order][first]
     writer_invoke, writer_type = w.invoke[order][first], w.type[order][first]
-    write_ops = np.union1d(np.unique(w.op), d.facts.writing_ops)
+    write_ops = np.union1d(_unique_sorted(w.op), d.facts.writing_ops)
 
     def backward(src_invoke: np.ndarray, dst: np.ndarray, dst_type: np.ndarray) -> np.ndarray:
         return (dst_type != INFO) & (dst < src_invoke)

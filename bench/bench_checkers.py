@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -64,9 +65,20 @@ def generate(n_micro_ops: int, out_dir: Path, seed: int = 7, partitions: int = 1
     visible[lost] = False
     send_op = 2 * np.arange(sends, dtype=np.int64) + 1
     send_offset = np.where(typ == "fail", -1, offset)
-    tables = [_table(process=np.zeros(sends, np.int64), op_index=send_op, invoke_index=send_op - 1, typ=typ,
-                     f="send", mop_f="send", key=key, offset=send_offset, value=value,
-                     row_in_op=np.zeros(sends, np.int32))]
+    run_dir = out_dir / "run=bench"
+    run_dir.mkdir(parents=True)
+    writer = pq.ParquetWriter(run_dir / "part-00000.parquet", SCHEMA, compression="zstd",
+                              use_dictionary=DICTIONARY_COLUMNS)
+    rows = 0
+
+    def write(table: pa.Table) -> None:  # as soon as built: 10^8 rows do not fit in memory twice
+        nonlocal rows
+        writer.write_table(table, row_group_size=1_000_000)
+        rows += len(table)
+
+    write(_table(process=np.zeros(sends, np.int64), op_index=send_op, invoke_index=send_op - 1, typ=typ,
+                 f="send", mop_f="send", key=key, offset=send_offset, value=value,
+                 row_in_op=np.zeros(sends, np.int32)))
     # The log each consumer reads: visible records sorted by (key, offset), plus duplicates.
     log_idx = np.flatnonzero(visible)
     dup_src = rng.choice(ok_idx[~np.isin(ok_idx, lost)], 3, replace=False)
@@ -85,22 +97,14 @@ def generate(n_micro_ops: int, out_dir: Path, seed: int = 7, partitions: int = 1
         first = np.r_[0, np.flatnonzero(np.diff(chunk)) + 1]
         row_in_op = (np.arange(n) - np.repeat(first, np.diff(np.r_[first, n]))).astype(np.int32)
         assign_index = next_index + 1
-        tables.append(_table(process=np.full(partitions, consumer), op_index=np.full(partitions, assign_index),
-                             invoke_index=np.full(partitions, assign_index - 1), typ="ok", f="assign",
-                             mop_f="assign", key=np.arange(partitions), offset=None, value=None,
-                             row_in_op=np.arange(partitions, dtype=np.int32)))
+        write(_table(process=np.full(partitions, consumer), op_index=np.full(partitions, assign_index),
+                     invoke_index=np.full(partitions, assign_index - 1), typ="ok", f="assign",
+                     mop_f="assign", key=np.arange(partitions), offset=None, value=None,
+                     row_in_op=np.arange(partitions, dtype=np.int32)))
         op = assign_index + 2 + 2 * chunk
-        tables.append(_table(process=np.full(n, consumer), op_index=op, invoke_index=op - 1, typ="ok", f="poll",
-                             mop_f="poll", key=log_key, offset=log_off, value=log_val, row_in_op=row_in_op))
+        write(_table(process=np.full(n, consumer), op_index=op, invoke_index=op - 1, typ="ok", f="poll",
+                     mop_f="poll", key=log_key, offset=log_off, value=log_val, row_in_op=row_in_op))
         next_index = int(op.max()) + 1
-    run_dir = out_dir / "run=bench"
-    run_dir.mkdir(parents=True)
-    writer = pq.ParquetWriter(run_dir / "part-00000.parquet", SCHEMA, compression="zstd",
-                              use_dictionary=DICTIONARY_COLUMNS)
-    rows = 0
-    for table in tables:
-        writer.write_table(table, row_group_size=1_000_000)
-        rows += len(table)
     writer.close()
     return {"rows": rows, "sends": sends, "lost": 3, "duplicates": 3}
 
@@ -212,58 +216,71 @@ def main() -> int:
     parser.add_argument("--plan", choices=("fused", "per-check"), default="fused",
                         help="fused per-key pass (default) or the one-check-at-a-time DataFrame plan")
     parser.add_argument("--no-duckdb", action="store_true", help="skip the DuckDB reference")
+    parser.add_argument("--one-size", type=float, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    sizes = [int(float(s)) for s in args.sizes.split(",")]
-    root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-checkers-"))
+    if args.one_size is not None:
+        return bench_one(int(args.one_size), args)
+    # Each size in a fresh process: the JVM's options (C1 JIT for small runs, not for big
+    # ones) are fixed when it starts, and a big run must not inherit a small run's JVM.
+    print(f"cores {os.cpu_count()}, load average {os.getloadavg()[0]:.1f}")
+    print(f"{'plan':>9} {'micro-ops':>10} {'rows':>10} {'start s':>8} {'cold s':>8} {'warm s':>8} "
+          f"{'duckdb s':>9} {'warm ops/s':>11} {'ratio':>6} {'spark peak MB':>14} {'duckdb peak MB':>15} "
+          f"{'jobs':>5} {'stages':>6} {'load':>5}  found", flush=True)
+    passed = ["--plan", args.plan, *(["--keep", args.keep] if args.keep else []),
+              *(["--no-duckdb"] if args.no_duckdb else []),
+              *[arg for item in args.spark_conf for arg in ("--spark-conf", item)]]
+    status = 0
+    for size in args.sizes.split(","):
+        done = subprocess.run([sys.executable, __file__, "--one-size", size, *passed])
+        status = status or done.returncode
+    return status
+
+
+def bench_one(size: int, args: argparse.Namespace) -> int:
     from checkers.claims import ClaimInputs
     from checkers.pipeline import check_runs
     from checkers.spark import make_spark
 
+    root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-checkers-"))
     conf = dict(item.split("=", 1) for item in args.spark_conf)
     inputs = ClaimInputs(acks="all", min_insync_replicas=2, idempotence=True)
-    print(f"cores {os.cpu_count()}, load average {os.getloadavg()[0]:.1f}")
     fused = args.plan == "fused"
-    print(f"plan {args.plan}; {'micro-ops':>10} {'rows':>10} {'start s':>8} {'cold s':>8} {'warm s':>8} "
-          f"{'duckdb s':>9} {'warm ops/s':>11} {'ratio':>6} {'spark peak MB':>14} {'duckdb peak MB':>15} "
-          f"{'jobs':>5} {'stages':>6}  found")
+    out = root / f"h{size}"
     try:
-        for size in sizes:
-            out = root / f"h{size}"
-            if out.exists():
-                shutil.rmtree(out)
-            facts = generate(size, out)
-            small = facts["rows"] < 2_000_000
-            with PeakMemory() as spark_mem:
-                start = time.perf_counter()
-                spark = make_spark(spark_conf=conf, small=small)
-                spark.range(1).count()
-                started = time.perf_counter() - start
-                start = time.perf_counter()
-                cold = check_runs(out, inputs, spark, fused=fused)["bench"]
-                cold_s = time.perf_counter() - start
-                tracker = spark.sparkContext.statusTracker()
-                jobs_before = set(tracker.getJobIdsForGroup(None))
-                start = time.perf_counter()
-                warm = check_runs(out, inputs, spark, fused=fused)["bench"]
-                warm_s = time.perf_counter() - start
-                jobs = sorted(set(tracker.getJobIdsForGroup(None)) - jobs_before)
-                stages = sum(len(info.stageIds) for info in map(tracker.getJobInfo, jobs) if info is not None)
-                spark.stop()
-            if args.no_duckdb:
-                duck_s, duck_counts, duck_peak = float("nan"), {}, 0
-            else:
-                duck_s, duck_counts, duck_peak = bench_duckdb(out)
-            found = {a.name: a.count for a in warm.anomalies}
-            assert {a.name: a.count for a in cold.anomalies} == found
-            print(f"plan {args.plan}; {size:>10} {facts['rows']:>10} {started:>8.1f} {cold_s:>8.1f} {warm_s:>8.1f} "
-                  f"{duck_s:>9.2f} {facts['rows'] / warm_s:>11.0f} {warm_s / duck_s:>6.1f} "
-                  f"{spark_mem.peak_bytes / 2**20:>14.0f} {duck_peak / 2**20:>15.0f} {len(jobs):>5} {stages:>6}  "
-                  f"spark {found} duckdb {duck_counts} errors {warm.errors}", flush=True)
-            if not args.keep:
-                shutil.rmtree(out, ignore_errors=True)  # 10^8 micro-ops take 0.5 GB of disk
+        if out.exists():
+            shutil.rmtree(out)
+        facts = generate(size, out)
+        small = facts["rows"] < 2_000_000
+        with PeakMemory() as spark_mem:
+            start = time.perf_counter()
+            spark = make_spark(spark_conf=conf, small=small)
+            spark.range(1).count()
+            started = time.perf_counter() - start
+            start = time.perf_counter()
+            cold = check_runs(out, inputs, spark, fused=fused)["bench"]
+            cold_s = time.perf_counter() - start
+            tracker = spark.sparkContext.statusTracker()
+            jobs_before = set(tracker.getJobIdsForGroup(None))
+            start = time.perf_counter()
+            warm = check_runs(out, inputs, spark, fused=fused)["bench"]
+            warm_s = time.perf_counter() - start
+            jobs = sorted(set(tracker.getJobIdsForGroup(None)) - jobs_before)
+            stages = sum(len(info.stageIds) for info in map(tracker.getJobInfo, jobs) if info is not None)
+            load = os.getloadavg()[0]
+            spark.stop()
+        if args.no_duckdb:
+            duck_s, duck_counts, duck_peak = float("nan"), {}, 0
+        else:
+            duck_s, duck_counts, duck_peak = bench_duckdb(out)
+        found = {a.name: a.count for a in warm.anomalies}
+        assert {a.name: a.count for a in cold.anomalies} == found
+        print(f"{args.plan:>9} {size:>10} {facts['rows']:>10} {started:>8.1f} {cold_s:>8.1f} {warm_s:>8.1f} "
+              f"{duck_s:>9.2f} {facts['rows'] / warm_s:>11.0f} {warm_s / duck_s:>6.1f} "
+              f"{spark_mem.peak_bytes / 2**20:>14.0f} {duck_peak / 2**20:>15.0f} {len(jobs):>5} {stages:>6} "
+              f"{load:>5.1f}  spark {found} duckdb {duck_counts} errors {warm.errors}", flush=True)
     finally:
         if not args.keep:
-            shutil.rmtree(root, ignore_errors=True)
+            shutil.rmtree(root, ignore_errors=True)  # 10^8 micro-ops take 0.5 GB of disk
     return 0
 
 

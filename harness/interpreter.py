@@ -7,7 +7,14 @@ the history:
 1. completions first (they are latency sensitive, and the generator may change its mind);
 2. then ask the generator: an op due now goes to its thread's worker; an op due later
    means waiting for a completion until it is due; pending means waiting for a completion;
-3. every invocation and completion goes to the history as it happens (flushed per line).
+3. every invocation and completion goes to the history as it happens. The writer streams it
+   in batches (at least every flush interval); the loop flushes it at once for every nemesis
+   op and whenever run() returns, so phase changes, heals and stops are on disk.
+
+The loop asks the generator only when it may get something: while every thread is busy a
+generator can only answer pending (or that it is done, which changes nothing while ops are
+outstanding), so the loop just waits for a completion. Asking anyway cost a full pass
+through the generator stack per op.
 
 An `info` completion (or one marked end_process) retires the process: the worker closes
 that client and the thread continues as process p + concurrency with a fresh client. Every
@@ -24,7 +31,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from harness.generator.core import (
     NEMESIS_THREAD,
@@ -41,6 +48,7 @@ from harness.history import HistoryWriter, Op
 
 PENDING_POLL_S = 0.002  # how often a pending generator is asked again when nothing is in flight
 MAX_WAIT_S = 0.1  # never block longer than this, so a stop request is seen promptly
+EXPIRY_CHECK_S = 0.05  # how often outstanding ops are checked against op_timeout_s
 
 
 class Client:  # the shape workers need; workloads.base.Client is the full protocol
@@ -49,7 +57,7 @@ class Client:  # the shape workers need; workloads.base.Client is the full proto
     def close(self) -> None: ...
 
 
-@dataclass
+@dataclass(slots=True)
 class _Done:
     thread: Thread
     invocation: Invocation
@@ -134,6 +142,7 @@ class Interpreter:
         self._outstanding: dict[Thread, tuple[Invocation, float]] = {}
         self._workers: dict[Thread, _Worker] = {}
         self._index = history.count
+        self._next_expiry_check = 0.0
         for thread in self.ctx.threads:
             self._workers[thread] = self._new_worker(thread)
 
@@ -146,15 +155,16 @@ class Interpreter:
         return _Worker(thread, opener, self._done, self.now_ns, self._stopping_workers, self.log)
 
     def record(self, type_: str, process: int | str, f: str, value: Any, *, time_ns: int, error: Any = None,
-               extra: dict | None = None) -> Event:
-        op = Op(index=self._index, time_ns=time_ns, type=type_, process=process, f=f, value=value,
-                error=error, extra=dict(extra or {}))
+               extra: Mapping[str, Any] | None = None) -> Event:
+        # The op owns a fresh dict: callers' mappings (an invocation's extra) stay untouched.
+        op = Op(self._index, time_ns, type_, process, f, value, error, dict(extra) if extra else {})
         self._index += 1
         self.history.append(op)
+        if process == NEMESIS_THREAD:
+            self.history.flush()  # fault boundaries are on disk before the fault acts
         if self.on_op is not None:
             self.on_op(op)
-        return Event(type=type_, process=process, f=f, value=value, time_ns=time_ns, error=error,
-                     extra=op.extra)
+        return Event(type_, process, f, value, time_ns, error, op.extra)
 
     # -- control
     def stop(self) -> None:
@@ -168,14 +178,24 @@ class Interpreter:
 
     # -- the loop
     def run(self, gen: GeneratorLike) -> bool:
-        """Run `gen` to exhaustion. Returns False if stopped first."""
-        gen_ = lift(gen)
+        """Run `gen` to exhaustion. Returns False if stopped first. Everything it recorded is
+        written to the history file when it returns."""
+        try:
+            return self._run(lift(gen))
+        finally:
+            self.history.flush()
+
+    def _run(self, gen_: Any) -> bool:
         while True:
             gen_ = self._drain(gen_, wait_s=0.0)
             if self._stop.is_set():
                 self._finish_outstanding(gen_, "interrupted", self.drain_timeout_s)
                 return False
-            gen_ = self._expire_stuck(gen_)
+            if self._outstanding and time.monotonic() >= self._next_expiry_check:
+                gen_ = self._expire_stuck(gen_)
+            if not self.ctx.free:
+                gen_ = self._drain(gen_, wait_s=MAX_WAIT_S)
+                continue
             ctx = self.ctx.at(self.now_ns())
             result = gen_.op(ctx)
             if result is None:
@@ -204,23 +224,27 @@ class Interpreter:
         if op.kind == "client":
             # Jepsen records nemesis ops as info on both ends.
             type_ = "info" if thread == NEMESIS_THREAD else "invoke"
-            event = self.record(type_, op.process, op.f, op.value, time_ns=self.now_ns(), extra=dict(op.extra))
+            event = self.record(type_, op.process, op.f, op.value, time_ns=self.now_ns(), extra=op.extra)
             gen_ = gen_.update(self.ctx, event)
         self._workers[thread].inbox.put(op)
         return gen_
 
     def _drain(self, gen_: Any, *, wait_s: float) -> Any:
         """Apply every completion that has arrived, waiting up to wait_s for the first."""
-        try:
-            done = self._done.get(timeout=wait_s) if wait_s > 0 else self._done.get_nowait()
-        except queue.Empty:
-            return gen_
-        while True:
-            gen_ = self._complete(gen_, done)
+        done_queue = self._done
+        # empty() first: this runs several times per op, and a raised queue.Empty costs more
+        # than the whole check. Only this thread takes from the queue, so a non-empty
+        # queue stays non-empty until it does.
+        if done_queue.empty():
+            if wait_s <= 0:
+                return gen_
             try:
-                done = self._done.get_nowait()
+                gen_ = self._complete(gen_, done_queue.get(timeout=wait_s))
             except queue.Empty:
                 return gen_
+        while not done_queue.empty():
+            gen_ = self._complete(gen_, done_queue.get_nowait())
+        return gen_
 
     def _complete(self, gen_: Any, done: _Done) -> Any:
         current = self._outstanding.get(done.thread)
@@ -239,9 +263,11 @@ class Interpreter:
         type_ = completion.type
         if thread == NEMESIS_THREAD:
             type_ = "info"  # nemesis ops are info on both invocation and completion (Jepsen)
-        extra = {**invocation.extra, **completion.extra}
-        if completion.end_process:
-            extra["end_process"] = True
+        extra: Mapping[str, Any] = invocation.extra
+        if completion.extra or completion.end_process:
+            extra = {**invocation.extra, **completion.extra}
+            if completion.end_process:
+                extra["end_process"] = True
         event = self.record(type_, invocation.process, invocation.f, completion.value, time_ns=time_ns,
                             error=completion.error, extra=extra)
         if completion.retires_process and thread != NEMESIS_THREAD:
@@ -250,6 +276,7 @@ class Interpreter:
 
     def _expire_stuck(self, gen_: Any) -> Any:
         now = time.monotonic()
+        self._next_expiry_check = now + EXPIRY_CHECK_S
         for thread, (op, started) in list(self._outstanding.items()):
             if now - started > self.op_timeout_s:
                 gen_ = self._force_complete(gen_, thread, f"no completion within {self.op_timeout_s:g} s")
@@ -291,6 +318,8 @@ class Interpreter:
         """Complete anything outstanding as info, then close every client."""
         self._stopping_workers.set()
         self._finish_outstanding(lift(None), "run ended", 0.0)
+        if not self.history.closed:
+            self.history.flush()
         deadline = time.monotonic() + timeout_s
         for worker in self._workers.values():
             worker.shut_down(max(0.0, deadline - time.monotonic()))

@@ -63,6 +63,10 @@ class KeyMap:
 
     topic_prefix: str
     partitions_per_topic: int
+    # Every polled record is mapped back to its key: remember each topic's first key
+    # instead of parsing its name again (shared by every client thread; dict reads and
+    # writes are atomic, and a racing writer stores the same value).
+    _topic_base: dict[str, int | None] = field(default_factory=dict, compare=False, repr=False)
 
     def topic(self, key: int) -> str:
         return f"{self.topic_prefix}{key // self.partitions_per_topic}"
@@ -71,12 +75,19 @@ class KeyMap:
         return key % self.partitions_per_topic
 
     def key(self, topic: str, partition: int) -> int | None:
+        base = self._topic_base.get(topic, -1)
+        if base == -1:
+            base = self._parse_topic(topic)
+            self._topic_base[topic] = base
+        return None if base is None else base + partition
+
+    def _parse_topic(self, topic: str) -> int | None:
         if not topic.startswith(self.topic_prefix):
             return None
         suffix = topic[len(self.topic_prefix):]
         if not suffix.isdigit():
             return None
-        return int(suffix) * self.partitions_per_topic + partition
+        return int(suffix) * self.partitions_per_topic
 
     def topic_partition(self, key: int, offset: int = OFFSET_INVALID) -> TopicPartition:
         return TopicPartition(self.topic(key), self.partition(key), offset)
@@ -102,7 +113,7 @@ class TopicCreator:
     _admin: AdminClient | None = None
 
     def ensure(self, topics: Iterable[str]) -> None:
-        missing = sorted(set(topics) - self._known)
+        missing = sorted(set(topics).difference(self._known))
         if not missing:
             return
         if self._admin is None:
@@ -137,24 +148,21 @@ class Sender:
     def send(self, key: int, value: int) -> tuple[Outcome | None, int | None]:
         """(None, offset) when acknowledged (offset None if the broker gave none, as with
         acks=0); (outcome, None) otherwise."""
-        done = threading.Event()
-        report: dict[str, Any] = {}
-
-        def on_delivery(err: KafkaError | None, msg: Any) -> None:
-            report["err"], report["msg"] = err, msg
-            done.set()
-
-        self.producer.produce(self.keys.topic(key), value=str(value).encode(), key=str(key).encode(),
-                              partition=self.keys.partition(key), on_delivery=on_delivery)
+        # librdkafka runs delivery callbacks inside poll(), on this thread: a plain list is
+        # the whole hand-over, no Event and no lock.
+        report: list[tuple[KafkaError | None, Any]] = []
+        producer = self.producer
+        producer.produce(self.keys.topic(key), value=str(value).encode(), key=str(key).encode(),
+                         partition=self.keys.partition(key), on_delivery=lambda err, msg: report.append((err, msg)))
         deadline = time.monotonic() + SEND_TIMEOUT_S
-        while not done.is_set():
+        while not report:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return Outcome("info", "timeout"), None
-            self.producer.poll(min(remaining, 0.05))
-        if report["err"] is not None:
-            return classify(report["err"]), None
-        msg = report["msg"]
+            producer.poll(min(remaining, 0.05))
+        err, msg = report[0]
+        if err is not None:
+            return classify(err), None
         if self.keys.key(msg.topic(), msg.partition()) != key:
             return Outcome("info", ["wrong-partition", f"{msg.topic()}/{msg.partition()}"]), None
         offset = msg.offset()
@@ -204,20 +212,24 @@ def records_by_key(messages: list[Any], keys: KeyMap) -> tuple[dict[int, list[li
     """Group polled messages as {key: [[offset, value], ...]}, in poll order; the first
     message carrying an error becomes the outcome (records before it are kept)."""
     out: dict[int, list[list[int]]] = {}
+    key_of = keys.key
     for msg in messages:
         err = msg.error()
         if err is not None:
             if err.code() == KafkaError._PARTITION_EOF:
                 continue
             return out, classify(err)
-        key = keys.key(msg.topic(), msg.partition())
+        key = key_of(msg.topic(), msg.partition())
         if key is None:
             continue
         try:
             value = int(msg.value())
         except (TypeError, ValueError):
             return out, Outcome("info", ["unparseable-value", repr(msg.value())[:80]])
-        out.setdefault(key, []).append([msg.offset(), value])
+        pairs = out.get(key)
+        if pairs is None:
+            out[key] = pairs = []
+        pairs.append([msg.offset(), value])
     return out, None
 
 

@@ -3,17 +3,18 @@
 All Kafka anomalies except the cycle search are questions about one key (one partition):
 its version order, lost writes, duplicates, inconsistent offsets, the per-(process, key)
 external poll and send order, the per-(op, key) internal order, and the delivery checks.
-The fused pipeline shuffles the history once by (run, key) and calls `check_group` on each
-group; this module is plain numpy/pandas, so the rules read as in `kafka.py` (whose
-DataFrame checks state them one anomaly at a time and are the reference it is tested
-against) without Spark in the way.
+The fused pipeline shuffles the history once by (run, key); `check_partition` splits what
+one worker received into keys and calls `check_group` on each. This module is plain
+numpy/pyarrow, so the rules read as in `kafka.py` (whose DataFrame checks state them one
+anomaly at a time and are the reference it is tested against) without Spark in the way.
 
 What a key cannot see alone comes in `RunFacts`, from the small pre-pass in `prepass.py`:
 ops that write several keys (whether an info one committed, whether an op "links" keys for
 the cycle search) and the assign/subscribe events that reset a process's positions.
 
 A group answers with rows of `OUTPUT_SCHEMA`, tagged by `kind`:
-  witness       the first MAX_WITNESSES rows of one anomaly in this key, by (sort, detail)
+  witness       the first MAX_WITNESSES rows of one anomaly in this key, by (sort, detail,
+                op indices)
   count         how many rows of that anomaly this key holds
   precommitted  (op, key, smallest value) of an op that read its own send in this key; the
                 anomaly is per op, across keys, so the driver combines them
@@ -183,7 +184,7 @@ class KeyData:
         f, mop = cols["f"], cols["mop"]
         read_mask = ((f == F_POLL) | (f == F_TXN)) & (mop == MOP_POLL)
         write_mask = ((f == F_SEND) | (f == F_TXN)) & (mop == MOP_SEND)
-        bad = np.flatnonzero((read_mask | write_mask) & ~cols["has_value"])
+        bad = np.flatnonzero((read_mask | write_mask | (mop == MOP_PROCESS)) & ~cols["has_value"])
         if len(bad):
             raise MalformedHistory(f"op {int(cols['op'][bad[0]])}: a {MOPS[mop[bad[0]]]} record of key {self.key} "
                                    "has no value")

@@ -4,11 +4,14 @@ one-check-at-a-time DataFrame plan (a check that cannot even be planned)."""
 
 from __future__ import annotations
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from checkers import cycles, perkey, pipeline
 from checkers.claims import ClaimInputs
 from checkers.pipeline import check_run
+from harness.history_parquet import SCHEMA
 
 from .builder import History, to_parquet
 
@@ -60,6 +63,24 @@ def test_record_without_a_value_is_named(spark, tmp_path):
     assert result.valid == "unknown"
     errors = {e.checker: e.error for e in result.errors}
     assert errors["per-key"] == "MalformedHistory: op 7: a poll record of key 1 has no value"
+
+
+def test_history_beyond_the_packed_range_is_named(spark, tmp_path):
+    """The per-key pass packs the invocation's distance into 31 bits; an op completing 2^31
+    events after its invocation is refused by name, not silently wrapped."""
+    ops = [(0, 1, 0, "send", "send", 1, 0, 100), (1, 2**31 + 10, 5, "send", "send", 1, 1, 101)]
+    table = pa.table({name: [None] * len(ops) for name in SCHEMA.names}, schema=SCHEMA)
+    for column, values in zip(("process", "op_index", "invoke_index", "f", "mop_f", "key", "offset", "value"),
+                              zip(*ops)):
+        table = table.set_column(SCHEMA.get_field_index(column), column, pa.array(values, SCHEMA.field(column).type))
+    table = table.set_column(SCHEMA.get_field_index("type"), "type", pa.array(["ok", "ok"]))
+    table = table.set_column(SCHEMA.get_field_index("row_in_op"), "row_in_op", pa.array([0, 0], pa.int32()))
+    table = table.set_column(SCHEMA.get_field_index("mop_index"), "mop_index", pa.array([0, 0], pa.int32()))
+    (tmp_path / "run=big").mkdir()
+    pq.write_table(table, tmp_path / "run=big" / "part-00000.parquet")
+    result = check_run(tmp_path, ClaimInputs(), spark)
+    assert result.valid == "unknown"
+    assert "op 2147483658: row_in_op 0 or invoke_index 5 out of the range" in result.errors[0].error
 
 
 def test_missing_history_is_unknown(spark, tmp_path):

@@ -36,12 +36,14 @@ NAME = "queue"
 FINAL_POLL_MS = 1000
 FINAL_POLL_INTERVAL_NS = 200_000_000
 
-# Effective client defaults (librdkafka names): Jepsen's, one consumer group, manual commits.
+# Effective client defaults (librdkafka names): Jepsen's, one consumer group, manual commits,
+# and end-of-partition events, so a poll of keys known to be at their end returns at once.
 DEFAULT_CLIENT_CONFIG: dict[str, str] = {
     **JEPSEN_CLIENT_CONFIG,
     "linger.ms": "0",
     "group.id": "jepsen-group",
     "enable.auto.commit": "false",
+    "enable.partition.eof": "true",
 }
 
 

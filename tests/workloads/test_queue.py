@@ -1,6 +1,7 @@
 """The queue workload and its confluent-kafka client against the real bundled broker."""
 
 import itertools
+import time
 
 from harness.generator import Invocation, Limit, clients
 from harness.history import HistoryWriter, read_history
@@ -23,16 +24,20 @@ def client_for(cluster, prefix, **config):
                        keys=KeyMap(prefix, 2), topics=topics)
 
 
-def poll_until(client, want, attempts=30):
-    """Poll until `want` values per key have been read (or give up); returns {k: [[o, v]...]}."""
+def poll_until(client, want, deadline_s=15.0):
+    """Poll until `want` values per key have been read (or give up); returns {k: [[o, v]...]}.
+    A poll of keys already read to their end returns at once, so empty polls are spaced out."""
     seen = {}
-    for _ in range(attempts):
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
         done = client.invoke(Invocation(f="poll", value=[["poll"]], extra={"poll_ms": 500}))
         assert done.type == "ok", done
         for key, pairs in done.value[0][1].items():
             seen.setdefault(key, []).extend(pairs)
         if all(len(seen.get(k, [])) >= n for k, n in want.items()):
             break
+        if not done.value[0][1]:
+            time.sleep(0.05)
     return seen
 
 
@@ -72,6 +77,40 @@ def test_assign_keeps_the_position_of_keys_that_stay_assigned(cluster):
         assert poll_until(client, {0: 1}) == {0: [[3, 13]]}
         client.invoke(Invocation(f="assign", value=[0], extra={"seek_to_beginning": True}))
         assert poll_until(client, {0: 4}) == {0: [[0, 10], [1, 11], [2, 12], [3, 13]]}
+    finally:
+        client.close()
+
+
+def test_a_poll_of_keys_at_their_end_does_not_wait_out_poll_ms(cluster):
+    """A key is read to its end when its position reached the last fetched high watermark or
+    its last event was end-of-partition; a poll whose every assigned key is there returns what
+    is buffered instead of waiting for records nobody writes. A new record is still read."""
+    client = client_for(cluster, fresh_prefix())
+    try:
+        for key, value in [(0, 1), (1, 2)]:
+            assert client.invoke(Invocation(f="send", value=[["send", key, value]])).type == "ok"
+        assert client.invoke(Invocation(f="assign", value=[0, 1])).type == "ok"
+        assert poll_until(client, {0: 1, 1: 1}) == {0: [[0, 1]], 1: [[0, 2]]}
+        consumer = client._consumer_()
+        for _ in range(200):  # the end-of-partition events trail the records by a fetch
+            if client._at_end >= {0, 1}:
+                break
+            client.invoke(Invocation(f="poll", value=[["poll"]], extra={"poll_ms": 200}))
+            time.sleep(0.05)
+        assert client._at_end == {0, 1} and client._all_at_end(consumer)
+        long_poll_ms = 30_000
+        started = time.monotonic()
+        done = client.invoke(Invocation(f="poll", value=[["poll"]], extra={"poll_ms": long_poll_ms}))
+        waited_s = time.monotonic() - started
+        assert done.type == "ok" and done.value == [["poll", {}]]
+        assert waited_s < long_poll_ms / 1000 / 2, f"a poll at the end waited {waited_s:.1f} s"
+        assert client.invoke(Invocation(f="send", value=[["send", 0, 3]])).type == "ok"
+        assert poll_until(client, {0: 1}) == {0: [[1, 3]]}
+        client.invoke(Invocation(f="assign", value=[0, 1]))  # a new assignment forgets the events
+        assert client._at_end == set()
+        assert client._all_at_end(consumer)  # the positions kept and the fetched watermarks say it
+        client.invoke(Invocation(f="assign", value=[0, 1, 5]))
+        assert not client._all_at_end(consumer)  # nothing known of key 5 yet: polls wait
     finally:
         client.close()
 

@@ -208,20 +208,29 @@ def consume_available(consumer: Consumer, max_records: int, timeout_s: float) ->
     return [first] + consumer.consume(num_messages=max_records - 1, timeout=0) if max_records > 1 else [first]
 
 
-def records_by_key(messages: list[Any], keys: KeyMap) -> tuple[dict[int, list[list[int]]], Outcome | None]:
+def records_by_key(messages: list[Any], keys: KeyMap,
+                   at_end: set[int] | None = None) -> tuple[dict[int, list[list[int]]], Outcome | None]:
     """Group polled messages as {key: [[offset, value], ...]}, in poll order; the first
-    message carrying an error becomes the outcome (records before it are kept)."""
+    message carrying an error becomes the outcome (records before it are kept). With
+    `at_end`, end-of-partition events add their key to it and records remove theirs, so it
+    holds the keys whose last word was "nothing more"."""
     out: dict[int, list[list[int]]] = {}
     key_of = keys.key
     for msg in messages:
         err = msg.error()
         if err is not None:
             if err.code() == KafkaError._PARTITION_EOF:
+                if at_end is not None:
+                    eof_key = key_of(msg.topic(), msg.partition())
+                    if eof_key is not None:
+                        at_end.add(eof_key)
                 continue
             return out, classify(err)
         key = key_of(msg.topic(), msg.partition())
         if key is None:
             continue
+        if at_end is not None:
+            at_end.discard(key)
         try:
             value = int(msg.value())
         except (TypeError, ValueError):
@@ -252,6 +261,17 @@ class QueueClient:
         # must not fall back to the committed offset (or the earliest, with none).
         self._positions: dict[int, int] = {}
         self._rebalance_log: list[dict[str, Any]] = []
+        # A poll whose every assigned key is known to be read to its end takes what is
+        # buffered and returns at once, instead of waiting out poll_ms for records nobody is
+        # writing: in a queue run most polls are such polls, and waiting them out capped a
+        # run's ops/s. A key is at its end when our position has reached the high watermark
+        # of librdkafka's last fetch response, or (with end-of-partition events on) when its
+        # last event was "end of partition". `_at_end` holds the latter; a key leaves it with
+        # its next record and with every assignment change. Unknown means not at the end:
+        # the poll waits as before.
+        self._eof_events = client_config.get("enable.partition.eof", "false").lower() == "true"
+        self._assigned: set[int] = set()
+        self._at_end: set[int] = set()
         self._auto_commit = client_config.get("enable.auto.commit", "true").lower() == "true"
 
     # -- lazily made halves: a process that only polls never opens a producer
@@ -309,14 +329,15 @@ class QueueClient:
         results: list = []
         first_offsets: dict[int, int] = {}
         for _ in invocation.value:
+            wait_s = 0.0 if self._all_at_end(consumer) else poll_ms / 1000
             try:
-                messages = consume_available(consumer, self.max_poll_records, poll_ms / 1000)
+                messages = consume_available(consumer, self.max_poll_records, wait_s)
             except (KafkaException, RuntimeError) as exc:
                 outcome = describe(exc)
                 self._rollback(first_offsets)
                 return Completion(outcome.type, results + [["poll", {}]], error=outcome.error,
                                   end_process=outcome.end_process)
-            by_key, outcome = records_by_key(messages, self.keys)
+            by_key, outcome = records_by_key(messages, self.keys, self._at_end if self._eof_events else None)
             for key, pairs in by_key.items():
                 first_offsets.setdefault(key, pairs[0][0])
             results.append(["poll", by_key])
@@ -346,6 +367,26 @@ class QueueClient:
                     # Jepsen: the poll happened; the failed commit is noted, not fatal.
                     completion = Completion("ok", results, error=["consumer-commit", err.str()])
         return completion
+
+    def _all_at_end(self, consumer: Consumer) -> bool:
+        if not self._assigned:
+            return False
+        pending = [k for k in self._assigned if k not in self._at_end]
+        if not pending:
+            return True
+        try:
+            tps = consumer.position([self.keys.topic_partition(k) for k in pending])
+            for key, tp in zip(pending, tps):
+                position = max(tp.offset, self._positions.get(key, -1))
+                if position < 0:
+                    return False
+                # cached: the high watermark of the last fetch response, no request made
+                _, high = consumer.get_watermark_offsets(tp, cached=True)
+                if high < 0 or position < high:
+                    return False
+        except (KafkaException, RuntimeError):
+            return False
+        return True
 
     def _rollback(self, first_offsets: dict[int, int]) -> None:
         """A poll that did not complete ok must leave the consumer where the last ok one
@@ -381,6 +422,7 @@ class QueueClient:
             self._subscribed = False
         start = OFFSET_BEGINNING if seek_to_beginning else OFFSET_STORED
         consumer.assign([self.keys.topic_partition(k, kept.get(k, start)) for k in keys])
+        self._assigned, self._at_end = set(keys), set()
         return Completion("ok", invocation.value)
 
     def _subscribe(self, invocation: Invocation) -> Completion:
@@ -390,6 +432,7 @@ class QueueClient:
         if not self._subscribed:
             consumer.unassign()
         self._positions = {}
+        self._assigned, self._at_end = set(), set()
         consumer.subscribe(topics, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost)
         self._subscribed = True
         return Completion("ok", invocation.value)
@@ -400,12 +443,21 @@ class QueueClient:
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._log_rebalance("assigned", partitions)
+        self._assigned.update(self._keys_of(partitions))
+        self._at_end.clear()
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._log_rebalance("revoked", partitions)
+        self._assigned.difference_update(self._keys_of(partitions))
+        self._at_end.clear()
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._log_rebalance("lost", partitions)
+        self._assigned.difference_update(self._keys_of(partitions))
+        self._at_end.clear()
+
+    def _keys_of(self, partitions: list[TopicPartition]) -> list[int]:
+        return [k for k in (self.keys.key(tp.topic, tp.partition) for tp in partitions) if k is not None]
 
     def close(self) -> None:
         if self._sender is not None:
@@ -416,3 +468,4 @@ class QueueClient:
             self._consumer = None
         self._subscribed = False
         self._positions = {}
+        self._assigned, self._at_end = set(), set()

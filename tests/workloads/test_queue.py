@@ -3,7 +3,7 @@
 import itertools
 import time
 
-from harness.generator import Invocation, Limit, clients
+from harness.generator import Invocation, Limit, Rand, Stagger, TimeLimit, clients
 from harness.history import HistoryWriter, read_history
 from harness.interpreter import Interpreter
 from harness.spec import RunSpec
@@ -144,14 +144,20 @@ def spec_for(cluster, seed, **options):
                    workload_options={"topic_prefix": fresh_prefix(), **options})
 
 
-def run_workload(cluster, spec, tmp_path, name, ops):
+def run_workload(cluster, spec, tmp_path, name, ops=None, *, seconds=None, rate_hz=100.0):
+    """`ops` operations as fast as they go, or `seconds` of ops at `rate_hz` (a thread
+    stuck in a slow op then still gets its share: a fixed count can all go to the others)."""
     workload = queue.build(spec, cluster.bootstrap_servers)
     workload.setup()
     path = tmp_path / f"{name}.jsonl"
     writer = HistoryWriter(path)
     interp = Interpreter(concurrency=spec.concurrency, open_client=workload.open_client, history=writer)
+    if seconds is None:
+        main = Limit(ops, workload.generator)
+    else:
+        main = TimeLimit(seconds, Stagger(1 / rate_hz, workload.generator, Rand.from_seed(spec.seed, "rate")))
     try:
-        assert interp.run(clients(Limit(ops, workload.generator)))
+        assert interp.run(clients(main))
         assert interp.run(clients(workload.final_generator))
     finally:
         interp.close()
@@ -189,9 +195,9 @@ def test_same_seed_gives_the_same_invocations_per_thread(cluster, tmp_path):
         return out
 
     # poll_unseen feeds results back into assign ops; turn it off so invocations depend on the seed alone.
-    a = per_thread(run_workload(cluster, spec_for(cluster, 21, poll_unseen="false"), tmp_path, "a", 150))
-    b = per_thread(run_workload(cluster, spec_for(cluster, 21, poll_unseen="false"), tmp_path, "b", 150))
-    c = per_thread(run_workload(cluster, spec_for(cluster, 22, poll_unseen="false"), tmp_path, "c", 150))
+    a = per_thread(run_workload(cluster, spec_for(cluster, 21, poll_unseen="false"), tmp_path, "a", seconds=3))
+    b = per_thread(run_workload(cluster, spec_for(cluster, 21, poll_unseen="false"), tmp_path, "b", seconds=3))
+    c = per_thread(run_workload(cluster, spec_for(cluster, 22, poll_unseen="false"), tmp_path, "c", seconds=3))
     for thread in range(3):
         n = min(len(a[thread]), len(b[thread]))
         assert n >= 5 and a[thread][:n] == b[thread][:n]

@@ -186,6 +186,9 @@ def _results(findings: Findings, inputs: ClaimInputs | Mapping[str, ClaimInputs]
     return results
 
 
+WRITE_FS = ("send", "txn")  # the ops that write
+
+
 def _result(inputs: ClaimInputs, found: dict[str, tuple[int, list[Witness]]], errors: list[CheckerError],
             stats: dict[str, Any]) -> CheckResult:
     claims = claims_for(inputs)
@@ -200,6 +203,13 @@ def _result(inputs: ClaimInputs, found: dict[str, tuple[int, list[Witness]]], er
                                  witnesses=witnesses, violates=violated))
     if stats.get("ok_ops", 0) == 0:
         errors = errors + [CheckerError("history", "no client operation completed ok: nothing to judge")]
+    elif not anomalies and not any(stats.get("by_f", {}).get(f, {}).get(t, 0) for f in WRITE_FS for t in ("ok", "info")):
+        # Polls of an empty log are all ok and all consistent: a run in which the cluster
+        # (or the client configuration) definitely refused every write must not pass as
+        # valid. (Info writes may be in the log, and reading them tests order and
+        # duplicates; a read of a failed write is itself an anomaly, G1a.)
+        errors = errors + [CheckerError("history", "every send failed (no send or txn op completed ok or info): "
+                                                   "nothing was written, so no claim was exercised")]
     verdicts = [False if not a.allowed else True for a in anomalies]
     verdicts += ["unknown"] * len(errors)
     return CheckResult(valid=merge_valid(verdicts), claims=claims, anomalies=anomalies, errors=errors, stats=stats)

@@ -87,3 +87,26 @@ def test_missing_history_is_unknown(spark, tmp_path):
     result = check_run(tmp_path / "nothing", ClaimInputs(), spark)
     assert result.valid == "unknown"
     assert "no such history" in result.errors[0].error
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "per-check"])
+def test_a_run_whose_every_send_failed_is_unknown_not_valid(spark, tmp_path, fused):
+    """Every send refused, every poll of the empty log ok and consistent: nothing any claim
+    is about was exercised, so the run is not called valid (this once hid a client
+    configuration that librdkafka refused). One acknowledged and read send makes the same
+    history valid."""
+    h = History()
+    h.send(0, 1, 100, None, typ="fail")
+    h.assign(1, [1])
+    h.poll(1, {1: []})
+    result = check_run(to_parquet({"r": h}, tmp_path / "r"), ClaimInputs(acks="all", min_insync_replicas=2), spark,
+                       fused=fused)
+    assert result.valid == "unknown" and result.anomalies == []
+    assert [e.checker for e in result.errors] == ["history"]
+    assert "every send failed" in result.errors[0].error
+
+    h.send(0, 1, 101, 0)
+    h.poll(1, {1: [(0, 101)]})
+    result = check_run(to_parquet({"r": h}, tmp_path / "ok"), ClaimInputs(acks="all", min_insync_replicas=2), spark,
+                       fused=fused)
+    assert result.valid is True, result.errors

@@ -3,9 +3,11 @@
     python -m bench.bench_replication [--messages 1000000] [--size 100] [--partitions 4] [--kills 10]
 
 1. Throughput: 3 brokers, replication factor 3, min.insync.replicas=2, acks=all, N messages
-   of S bytes, produced and consumed with confluent-kafka; in the same run the same load
-   against librdkafka's mock cluster with 3 brokers. Prints msg/s and the ratio
-   (issue #3 goal: produce >= 0.5x the mock).
+   of S bytes, produced and consumed with confluent-kafka; in the same run the same load,
+   with the same producer settings, against librdkafka's mock cluster with 3 brokers. Two
+   producer settings, each against both: plain (librdkafka's defaults: unbounded requests
+   in flight) and idempotent (at most 5 requests in flight per connection). Prints msg/s
+   and the ratio per setting (issue #3 goal: produce >= 0.5x the mock).
 2. Failover: a producer sends continuously (acks=all, idempotent) to one partition; the
    partition's leader is SIGKILLed `--kills` times (restarted, and back in the ISR, between
    kills). For each kill it measures the time from SIGKILL to the first acknowledgement of a
@@ -44,13 +46,13 @@ def _create_topic(bootstrap: str, name: str, partitions: int) -> None:
         future.result(timeout=30)
 
 
-def bench_bundled(messages: int, payload: bytes, partitions: int) -> tuple[Figures, float]:
+def bench_bundled(messages: int, payload: bytes, partitions: int, idempotent: bool) -> tuple[Figures, float]:
     with LocalCluster(brokers=3, config=CLUSTER_CONFIG) as cluster:
         bootstrap = cluster.bootstrap_servers
         processes = [psutil.Process(b.pid) for b in cluster.brokers]
         _create_topic(bootstrap, TOPIC, partitions)
         cpu_before = sum(p.cpu_times().user + p.cpu_times().system for p in processes)
-        producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER, "enable.idempotence": True})
+        producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER, "enable.idempotence": idempotent})
         produce_rate = _produce(producer, messages, payload)
         del producer
         consume_rate, consumed = _consume(bootstrap, partitions, messages)
@@ -58,8 +60,8 @@ def bench_bundled(messages: int, payload: bytes, partitions: int) -> tuple[Figur
         return Figures(produce_rate, consume_rate, consumed), cpu_s / messages * 1e6
 
 
-def bench_mock(messages: int, payload: bytes) -> tuple[Figures, int]:
-    producer = Producer({"test.mock.num.brokers": 3, **PRODUCER})
+def bench_mock(messages: int, payload: bytes, idempotent: bool) -> tuple[Figures, int]:
+    producer = Producer({"test.mock.num.brokers": 3, **PRODUCER, "enable.idempotence": idempotent})
     brokers = producer.list_topics(timeout=10).brokers
     bootstrap = ",".join(f"{b.host}:{b.port}" for b in brokers.values())
     topic = producer.list_topics(TOPIC, timeout=10).topics[TOPIC]
@@ -148,21 +150,27 @@ def main() -> int:
     parser.add_argument("--kills", type=int, default=10)
     args = parser.parse_args()
     payload = b"x" * args.size
-    bundled, cpu_us = bench_bundled(args.messages, payload, args.partitions)
-    mock, mock_replicas = bench_mock(args.messages, payload)
-    print(f"{args.messages} messages of {args.size} B, acks=all, 3 brokers; bundled RF 3 min ISR 2, mock RF {mock_replicas}; {psutil.cpu_count()} cores")
-    print(f"{'':24}{'produce msg/s':>16}{'consume msg/s':>16}{'consumed':>12}")
-    print(f"{'bundled, 3 brokers':24}{bundled.produce_msgs_per_s:>16,.0f}{bundled.consume_msgs_per_s:>16,.0f}{bundled.consumed:>12,}")
-    print(f"{'librdkafka mock, 3':24}{mock.produce_msgs_per_s:>16,.0f}{mock.consume_msgs_per_s:>16,.0f}{mock.consumed:>12,}")
-    ratio = bundled.produce_msgs_per_s / mock.produce_msgs_per_s if mock.produce_msgs_per_s else float("nan")
-    print(f"produce ratio bundled/mock: {ratio:.2f} (goal >= 0.5)")
-    print(f"bundled CPU over the 3 brokers: {cpu_us:.2f} µs per message (produce + replicate + consume)")
+    print(f"{args.messages} messages of {args.size} B, acks=all, 3 brokers; bundled RF 3 min ISR 2; {psutil.cpu_count()} cores")
+    print(f"{'':34}{'produce msg/s':>16}{'consume msg/s':>16}{'consumed':>12}")
+    all_consumed = True
+    for idempotent in (False, True):
+        setting = "idempotent" if idempotent else "plain"
+        bundled, cpu_us = bench_bundled(args.messages, payload, args.partitions, idempotent)
+        mock, mock_replicas = bench_mock(args.messages, payload, idempotent)
+        all_consumed &= bundled.consumed == args.messages
+        print(f"{'bundled, 3 brokers, ' + setting:34}{bundled.produce_msgs_per_s:>16,.0f}{bundled.consume_msgs_per_s:>16,.0f}"
+              f"{bundled.consumed:>12,}")
+        print(f"{f'librdkafka mock, 3 (RF {mock_replicas}), ' + setting:34}{mock.produce_msgs_per_s:>16,.0f}"
+              f"{mock.consume_msgs_per_s:>16,.0f}{mock.consumed:>12,}")
+        ratio = bundled.produce_msgs_per_s / mock.produce_msgs_per_s if mock.produce_msgs_per_s else float("nan")
+        print(f"  {setting}: produce ratio bundled/mock {ratio:.2f} (goal >= 0.5); "
+              f"bundled CPU over the 3 brokers {cpu_us:.2f} µs per message (produce + replicate + consume)")
     if args.kills:
         print(f"failover: {args.kills} SIGKILLs of the leader, broker.session.timeout.ms={SESSION_TIMEOUT_MS}")
         times = bench_failover(args.kills)
         goal = SESSION_TIMEOUT_MS / 1000 + 2
         print(f"failover time p50 {statistics.median(times):.2f} s, max {max(times):.2f} s (goal <= {goal:.1f} s)")
-    return 0 if bundled.consumed == args.messages else 1
+    return 0 if all_consumed else 1
 
 
 if __name__ == "__main__":

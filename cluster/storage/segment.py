@@ -8,6 +8,7 @@ batch so the log can cut a torn or corrupt tail there.
 
 from __future__ import annotations
 
+import bisect
 import posixpath
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ MAX_RELATIVE_OFFSET = 2**31 - 1
 _SCAN_CHUNK_BYTES = 1 << 20
 _HEADER_READ_AHEAD_BYTES = 16 * 1024
 _LARGE_BATCH_BYTES = 4 * 1024
+_RECENT_BATCHES = 256  # positions of the newest batches kept in memory (between 256 and 512)
 
 
 def segment_file_stem(base_offset: int) -> str:
@@ -70,6 +72,15 @@ class Segment:
         # so an active segment holds one file descriptor, not two; a crash that loses them
         # only makes recovery scan a little more.
         self._index_pending = bytearray()
+        # Where the most recently accounted batches are (parallel lists, oldest first), so
+        # that reads near the log end, nearly every fetch of a follower or a caught-up
+        # consumer, find their batch without scanning headers from the last index entry.
+        self._recent_bases: list[int] = []
+        self._recent: list[tuple[int, BatchHeader]] = []
+
+    def _forget_recent(self) -> None:
+        self._recent_bases.clear()
+        self._recent.clear()
 
     @property
     def name(self) -> str:
@@ -165,6 +176,11 @@ class Segment:
     def _account(self, header: BatchHeader, position: int) -> bytes | None:
         """Update the in-memory state for a batch stored at `position`; returns the encoded
         index entry to persist, if the batch gets one."""
+        self._recent_bases.append(header.base_offset)
+        self._recent.append((position, header))
+        if len(self._recent) > 2 * _RECENT_BATCHES:
+            del self._recent_bases[:_RECENT_BATCHES]
+            del self._recent[:_RECENT_BATCHES]
         encoded = None
         if position > 0 and self._bytes_since_index_entry > self.index_interval_bytes:
             encoded = self.index.add(IndexEntry(header.base_offset, position, self.max_timestamp_ms, self.offset_of_max_timestamp))
@@ -192,6 +208,13 @@ class Segment:
         """(position, header) of the batch holding `offset`, or None if it is past the end."""
         if offset >= self.next_offset or offset < self.base_offset:
             return None
+        bases = self._recent_bases
+        if bases and offset >= bases[0]:
+            # Batches are contiguous in offsets (the log appends only at its end), so the
+            # last remembered batch starting at or before `offset` holds it.
+            position, header = self._recent[bisect.bisect_right(bases, offset) - 1]
+            if header.next_offset > offset:
+                return position, header
         entry = self.index.floor_for_offset(offset)
         position = 0 if entry is None else entry.position
         for found_at, header in self.headers_from(position):
@@ -261,6 +284,7 @@ class Segment:
             position, self.next_offset = last.position, last.offset
             self.max_timestamp_ms, self.offset_of_max_timestamp = last.max_timestamp_before_ms, last.offset_of_max_timestamp_before
         self._bytes_since_index_entry = 0
+        self._forget_recent()
         self.size_bytes = end_position
         self.first_batch_timestamp_ms = None if end_position == 0 else self.header_at(0).max_timestamp_ms
         while position < end_position:
@@ -298,6 +322,7 @@ class Segment:
             self.index = SparseIndex(self.base_offset)
             start = (0, self.base_offset, NO_TIMESTAMP, -1)
         position, offset, max_ts, max_ts_offset = start
+        self._forget_recent()
         self.size_bytes = position
         self.next_offset = offset
         self.max_timestamp_ms, self.offset_of_max_timestamp = max_ts, max_ts_offset

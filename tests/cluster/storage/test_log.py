@@ -426,3 +426,34 @@ def test_explicit_roll(place):
     fill(log, 1)
     assert [h.base_offset for h in log.batch_headers()] == [0, 3, 6]
     log.close()
+
+
+@pytest.mark.parametrize("index_interval_bytes", [0, 4096])
+def test_the_remembered_newest_batches_locate_what_a_header_scan_locates(index_interval_bytes):
+    """Segment.locate answers reads near the end from the positions of the newest batches it
+    remembers, and older ones from the index and a header scan. Both must name the batch a
+    full scan names, after the memory is trimmed, after a truncation and after a reopen."""
+    disk = MemoryDisk()
+    config = LogConfig(segment_bytes=10_000_000, index_interval_bytes=index_interval_bytes, retention_ms=None)
+    log = PartitionLog.open(disk, "/p", config, now_ms=0)
+    offset = 0
+    for i in range(700):  # more than twice the remembered batches: the memory is trimmed
+        log.append(make_batch(offset, 1 + i % 3), now_ms=0)
+        offset += 1 + i % 3
+
+    def check(segment):
+        scanned = list(segment.headers_from(0))
+        for wanted in range(segment.base_offset, segment.next_offset):
+            expected = next((p, h) for p, h in scanned if h.next_offset > wanted)
+            assert segment.locate(wanted) == expected, wanted
+        assert segment.locate(segment.next_offset) is None
+
+    (segment,) = log._segments
+    assert segment._recent_bases and segment._recent_bases[0] > 0  # both paths are taken
+    check(segment)
+    log.truncate_to(900)
+    check(segment)
+    log.close()
+    reopened = PartitionLog.open(disk, "/p", config, now_ms=0)
+    check(reopened._segments[0])
+    reopened.close()

@@ -202,3 +202,29 @@ def test_same_seed_gives_the_same_invocations_per_thread(cluster, tmp_path):
         n = min(len(a[thread]), len(b[thread]))
         assert n >= 5 and a[thread][:n] == b[thread][:n]
     assert a != c
+
+
+def test_subscribe_reads_through_the_group_and_logs_its_rebalances(cluster):
+    """In subscribe mode the group assigns the partitions: the completions carry the
+    rebalance log (which keys were assigned), polls read the records, and the keys the group
+    assigned count as assigned for the poll's read-to-the-end shortcut."""
+    client = client_for(cluster, fresh_prefix(), **{"group.id": f"g-{next(_prefixes)}"})
+    try:
+        for key, value in [(0, 1), (1, 2)]:  # keys 0 and 1: both partitions of one topic
+            assert client.invoke(Invocation(f="send", value=[["send", key, value]])).type == "ok"
+        done = client.invoke(Invocation(f="subscribe", value=[0]))
+        assert done.type == "ok"
+        logs = list(done.extra.get("rebalance_log", []))
+        seen = {}
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and seen != {0: [[0, 1]], 1: [[0, 2]]}:
+            done = client.invoke(Invocation(f="poll", value=[["poll"]], extra={"poll_ms": 500}))
+            assert done.type == "ok", done
+            logs += done.extra.get("rebalance_log", [])
+            for key, pairs in done.value[0][1].items():
+                seen.setdefault(key, []).extend(pairs)
+        assert seen == {0: [[0, 1]], 1: [[0, 2]]}
+        assert {"type": "assigned", "keys": [0, 1]} in logs, logs
+        assert client._assigned == {0, 1}
+    finally:
+        client.close()

@@ -438,8 +438,7 @@ class QueueClient:
         return Completion("ok", invocation.value)
 
     def _log_rebalance(self, kind: str, partitions: list[TopicPartition]) -> None:
-        keys = sorted(k for k in (self.keys.key(tp.topic, tp.partition) for tp in partitions) if k is not None)
-        self._rebalance_log.append({"type": kind, "keys": keys})
+        self._rebalance_log.append({"type": kind, "keys": sorted(self._keys_of(partitions))})
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._log_rebalance("assigned", partitions)

@@ -14,6 +14,7 @@ import contextlib
 import importlib
 import logging
 import random
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -272,11 +273,33 @@ def check(run: Run) -> tuple[Any, str]:
     except Exception as exc:
         run.log.exception("the checkers crashed")
         return "unknown", f"the checkers crashed ({type(exc).__name__}: {exc}): verdict unknown"
+    record_throughput(run, result)
     bad = sorted(a.name for a in result.anomalies if not a.allowed)
     errors = sorted({e.checker for e in result.errors})
     detail = (f"; bad anomalies: {', '.join(bad)}" if bad else "") + \
              (f"; checker errors: {', '.join(errors)}" if errors else "")
     return result.valid, f"valid={result.valid}{detail}"
+
+
+def record_throughput(run: Run, result: Any) -> None:
+    """Per-phase ok rates, availability and recovery (harness/report/phases.py) go into
+    results.json's stats and are printed, so a chaos run says whether it kept exercising
+    the system after each heal."""
+    from harness.history import iter_history
+    from harness.report.phases import format_table, phase_throughput
+
+    try:
+        throughput = phase_throughput(iter_history(run.run_dir / store.HISTORY_FILE))
+        result.stats["throughput"] = throughput.as_json()
+        result.save(run.run_dir / store.RESULTS_FILE)
+    except Exception:
+        run.log.exception("computing the per-phase throughput failed")
+        return
+    pre = throughput.pre_fault_ok_per_s
+    text = (f"per-phase throughput (ok ops/s; pre-fault {pre if pre is not None else '-'} ok/s; recovery: first 1-s "
+            f"window at >= {throughput.recovery_fraction:.0%} of it):\n{format_table(throughput)}")
+    run.log.info("%s", text)
+    print(text, file=sys.stderr, flush=True)
 
 
 def report(run: Run) -> None:

@@ -441,6 +441,35 @@ def _files(run_dir: Path) -> str:
     return f'<section id="files"><h2>Files of this run</h2><ul>{links or "<li>none</li>"}</ul></section>'
 
 
+def _throughput(result: CheckResult | None) -> str:
+    """Per-phase ok rates, availability and recovery, as the run recorded them in
+    results.json (harness/report/phases.py computes them)."""
+    raw = (result.stats or {}).get("throughput") if result is not None else None
+    if not raw or not raw.get("phases"):
+        return ""
+    pre = raw.get("pre_fault_ok_per_s")
+    rows = []
+    for p in raw["phases"]:
+        availability = "" if p.get("availability") is None else f"{p['availability']:.0%}"
+        recovery = ""
+        if p.get("kind") == "after-heal":
+            recovery = "not within the phase" if p.get("recovery_s") is None else f"{p['recovery_s']:g}"
+        rows.append(
+            f"<tr><td>{esc(p.get('kind'))}</td><td>{esc(p.get('faults'))}</td><td class='num'>{p.get('start_s', 0):.1f}</td>"
+            f"<td class='num'>{p.get('end_s', 0):.1f}</td><td class='num'>{p.get('invoked')}</td><td class='num'>{p.get('ok')}</td>"
+            f"<td class='num'>{p.get('ok_per_s', 0):.1f}</td><td class='num'>{availability}</td><td class='num'>{esc(recovery)}</td></tr>")
+    note = (f"Pre-fault rate {pre:g} ok ops/s. Recovery: seconds from the heal to the first whole "
+            f"{raw.get('recovery_window_s', 1):g}-s window with at least {raw.get('recovery_fraction', 0):.0%} of the pre-fault rate. "
+            "Availability: of the ops invoked in the phase, the share that completed ok."
+            if pre is not None else "The run had no fault-free start, so there is no pre-fault rate and no recovery time.")
+    return (
+        '<section id="throughput"><h2>Throughput by phase</h2><table><thead><tr><th>phase</th><th>faults</th>'
+        '<th class="num">start (s)</th><th class="num">end (s)</th><th class="num">invoked</th><th class="num">ok</th>'
+        '<th class="num">ok/s</th><th class="num">availability</th><th class="num">recovery (s)</th></tr></thead>'
+        f'<tbody>{"".join(rows)}</tbody></table><p class="note">{esc(note)}</p></section>'
+    )
+
+
 def _op_times(digest: HistoryDigest | None) -> dict[str, list[float]]:
     """For the witness links: op index -> [invoke time, completion time] in seconds."""
     if digest is None:
@@ -477,6 +506,7 @@ def render_report(material: RunMaterial) -> str:
             _plots(figures),
             _timeline(material, figures),
             _faults(material.digest),
+            _throughput(material.result),
             _configuration(material.spec),
             _files(material.run_dir),
             json_block("op-times", _op_times(material.digest)),

@@ -17,7 +17,8 @@ outstanding), so the loop just waits for a completion. Asking anyway cost a full
 through the generator stack per op.
 
 An `info` completion (or one marked end_process) retires the process: the worker closes
-that client and the thread continues as process p + concurrency with a fresh client. Every
+that client on a helper thread and the thread continues at once as process p + concurrency
+with a fresh client. Every
 invocation gets exactly one completion: an op still outstanding when the run stops, or one
 that does not complete within `op_timeout_s`, is completed as info by the loop, and a late
 answer from its worker is discarded.
@@ -79,6 +80,7 @@ class _Worker:
         self._log = log
         self._client: Client | None = None
         self._process: int | str | None = None
+        self._closers: list[threading.Thread] = []  # closes of retired clients still running
         self._thread = threading.Thread(target=self._run, name=f"worker-{thread}", daemon=True)
         self._thread.start()
 
@@ -94,7 +96,7 @@ class _Worker:
                 continue
             completion = self._invoke(invocation)
             if completion.retires_process:
-                self._close_client()
+                self._close_client_in_background()
             self._done.put(_Done(self.thread, invocation, completion, self._now_ns()))
 
     def _invoke(self, invocation: Invocation) -> Completion:
@@ -109,6 +111,26 @@ class _Worker:
                               traceback.format_exc())
             return Completion("info", None, error=["exception", f"{type(exc).__name__}: {exc}"])
 
+    def _close_client_in_background(self) -> None:
+        """A retired process's client is closed on a helper thread: a close can wait seconds
+        (librdkafka's consumer close waits for a coordinator a fault may have cut off), and
+        the thread's next process must not wait with it, as in Jepsen, where a crashed
+        process's successor starts at once."""
+        client, process = self._client, self._process
+        self._client, self._process = None, None
+        if client is None:
+            return
+
+        def close() -> None:
+            try:
+                client.close()
+            except Exception as exc:
+                self._log.debug("closing the client of process %s: %s", process, exc)
+
+        closer = threading.Thread(target=close, name=f"close-{process}", daemon=True)
+        closer.start()
+        self._closers = [t for t in self._closers if t.is_alive()] + [closer]
+
     def _close_client(self) -> None:
         if self._client is not None:
             try:
@@ -118,8 +140,11 @@ class _Worker:
         self._client, self._process = None, None
 
     def shut_down(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
         self.inbox.put(None)
         self._thread.join(timeout_s)
+        for closer in list(self._closers):
+            closer.join(max(0.0, deadline - time.monotonic()))
 
 
 class Interpreter:

@@ -112,6 +112,41 @@ def test_info_retires_the_process_and_the_thread_continues_with_a_fresh_client(h
     assert 0 in journal.closed and 2 in journal.closed
 
 
+class SlowClosingClient(ScriptedClient):
+    """Its close takes CLOSE_S, as librdkafka's consumer close does when the coordinator is
+    cut off."""
+
+    CLOSE_S = 2.0
+
+    def close(self):
+        time.sleep(self.CLOSE_S)
+        super().close()
+
+
+def test_a_retired_process_is_closed_without_holding_up_its_successor(history_path, journal):
+    writer = HistoryWriter(history_path)
+    interp = Interpreter(concurrency=1, open_client=lambda p: SlowClosingClient(p, journal), history=writer)
+    gen = clients([{"f": "w", "value": "info", "process": 0}, {"f": "w", "value": "ok", "process": 1}])
+    try:
+        assert interp.run(gen)
+        ops = read_history(history_path)
+        # process 1 ran while process 0's client was still closing
+        with journal.lock:
+            assert journal.closed == []
+    finally:
+        interp.close()
+        writer.close()
+    check_pairs(ops)
+    assert [(op.process, op.type) for op in ops if op.type != "invoke"] == [(0, "info"), (1, "ok")]
+    info_ns = next(op.time_ns for op in ops if op.type == "info")
+    ok_ns = next(op.time_ns for op in ops if op.type == "ok")
+    assert (ok_ns - info_ns) / 1e9 < SlowClosingClient.CLOSE_S / 2
+    deadline = time.monotonic() + SlowClosingClient.CLOSE_S * 3
+    while 0 not in journal.closed and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert 0 in journal.closed  # and it is closed all the same
+
+
 def test_end_process_retires_on_fail(history_path, journal):
     class Fenced(ScriptedClient):
         def invoke(self, inv):

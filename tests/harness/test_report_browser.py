@@ -31,9 +31,21 @@ def opened_report(tmp_path_factory, browser):
     root = tmp_path_factory.mktemp("results")
     run = store.create_run_dir(root, "queue-partition-kill", now=T0)
     witness = write_lost_write_run(run)
+    _record_throughput(run)
     report = write_report(run)
     load = browser.open(report.as_uri())
     return run, witness, load
+
+
+def _record_throughput(run) -> None:
+    """As `logquake test` does after the check: the per-phase figures go into results.json."""
+    from checkers.result import CheckResult
+    from harness.history import read_history
+    from harness.report.phases import phase_throughput
+
+    result = CheckResult.load(run / store.RESULTS_FILE)
+    result.stats["throughput"] = phase_throughput(read_history(run / store.HISTORY_FILE)).as_json()
+    result.save(run / store.RESULTS_FILE)
 
 
 def _rgb(hex_colour: str) -> str:
@@ -142,3 +154,15 @@ def test_figures_keep_their_height_when_the_window_is_resized(opened_report, bro
     for (plot, height), (same, full_height, width, box_height) in zip(heights, after):
         assert plot == same and full_height == height and abs(box_height - height) <= 2, plot
         assert width < 1100
+
+
+def test_the_throughput_by_phase_table_is_shown(opened_report, browser):
+    run, _, _ = opened_report
+    from checkers.result import CheckResult
+
+    phases = CheckResult.load(run / store.RESULTS_FILE).stats["throughput"]["phases"]
+    assert any(p["kind"] == "fault" for p in phases)
+    rows = browser.evaluate("Array.from(document.querySelectorAll('#throughput tbody tr')).map(r => r.cells[0].innerText)")
+    assert rows == [p["kind"] for p in phases]
+    visible = browser.evaluate("document.getElementById('throughput').getBoundingClientRect().height")
+    assert visible > 0

@@ -7,6 +7,7 @@ Phases come from the nemesis ops. Every fault period (faults.FaultTracker: first
 fault" means "some fault was in effect". The main phase ends at the first op of the
 harness's final heal (nemesis ops marked `heal`); everything after it is the final phase
 (quiet period and the read-to-the-end drain, a different op mix, so no recovery there).
+A run without faults has no heal ops, so its whole history is one `before-faults` phase.
 
 Figures, for client ops only:
 - ok/s: ok completions whose completion falls in the phase, per second of the phase;

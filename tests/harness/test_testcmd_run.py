@@ -84,6 +84,12 @@ def test_a_short_queue_run_records_a_complete_history_and_ends_with_a_verdict(tm
     verdict = json.loads((run_dir / "results.json").read_text())
     assert out.returncode == {True: 0, False: 1, "unknown": 2}[verdict["valid"]]
     assert verdict["valid"] is True, json.dumps(verdict, indent=1)[:3000]
+    # Per-phase figures, printed too: without faults (so without heal ops marking the end of
+    # the main phase) the whole run is one phase.
+    phases = verdict["stats"]["throughput"]["phases"]
+    assert [p["kind"] for p in phases] == ["before-faults"]
+    assert phases[0]["ok_per_s"] > 10 and phases[0]["availability"] > 0.9
+    assert "per-phase throughput" in out.stderr and "before-faults" in out.stderr
     assert (results / "latest").resolve() == run_dir.resolve()
     assert (run_dir / "report.html").exists()
     index = (results / "index.html").read_text()  # rebuilt after the run, linking its report

@@ -49,6 +49,7 @@ class Request:
     client_id: str | None
     body: Any  # the kio request entity of (api_key, api_version)
     size_bytes: int
+    trailing_bytes: int = 0  # bytes in the frame after the body, ignored (see decode_request)
 
 
 @cache
@@ -102,12 +103,13 @@ def decode_request(frame: bytes, supported: Mapping[ApiKey, Any] | None = None) 
         body, body_size = read_body(frame, header_size)
     except Exception as error:  # noqa: BLE001 - any decoder failure is the client's bad frame
         raise RequestError(f"malformed {api_name(api_key)} v{api_version} request: {type(error).__name__}: {error}") from None
-    if header_size + body_size != len(frame):
-        raise RequestError(
-            f"malformed {api_name(api_key)} v{api_version} request: "
-            f"{len(frame) - header_size - body_size} trailing bytes after the body"
-        )
-    return Request(api_key, api_version, correlation_id, header.client_id, body, len(frame))
+    # Bytes after the body are ignored, as Kafka's broker ignores them (it parses the body
+    # from the frame and never checks what remains). librdkafka 2.16 relies on it: its
+    # "all topics" Metadata v13 request has 3 bytes after the body as the schema reads it
+    # (captured: body 00 00 00 00 01 00 00 where null topics, two bools and an empty
+    # tagged-field count take 4), and refusing them closed every AdminClient.list_topics()
+    # connection.
+    return Request(api_key, api_version, correlation_id, header.client_id, body, len(frame), len(frame) - header_size - body_size)
 
 
 def _in_table(table: Mapping[ApiKey, Any], api_key: int, api_version: int) -> bool:

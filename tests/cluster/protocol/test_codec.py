@@ -49,10 +49,30 @@ def test_truncated_request_is_an_error_naming_the_api() -> None:
         decode_request(frame[:-4])
 
 
-def test_trailing_bytes_are_an_error() -> None:
+def test_trailing_bytes_after_the_body_are_ignored_as_kafka_does() -> None:
     frame = _request_frame(18, 3, 1, client_software_name="lq", client_software_version="1")
-    with pytest.raises(RequestError, match="trailing bytes"):
-        decode_request(frame + b"xx")
+    request = decode_request(frame + b"xx")
+    assert (request.body.client_software_name, request.trailing_bytes, request.size_bytes) == ("lq", 2, len(frame) + 2)
+    assert decode_request(frame).trailing_bytes == 0
+
+
+# The "all topics" Metadata v13 request of librdkafka 2.16 (confluent-kafka 2.16.1), captured
+# from AdminClient.list_topics() through a TCP proxy: header (key 3, v13, correlation id 3,
+# client id "rdkafka", no tags), then 7 body bytes where the schema reads 4 (null topics, two
+# bools, empty tagged fields). The broker closed the connection on the 3 left over.
+LIBRDKAFKA_ALL_TOPICS_METADATA_V13 = bytes.fromhex("0003000d00000003000772646b61666b610000000000010000")
+
+
+def test_librdkafka_all_topics_metadata_v13_request_decodes_to_null_topics() -> None:
+    request = decode_request(LIBRDKAFKA_ALL_TOPICS_METADATA_V13)
+    assert (request.api_key, request.api_version, request.correlation_id, request.client_id) == (3, 13, 3, "rdkafka")
+    assert request.body.topics is None  # null: every topic, as list_topics() asks
+    assert request.trailing_bytes == 3
+
+
+def test_a_body_cut_short_is_still_an_error_when_trailing_bytes_are_allowed() -> None:
+    with pytest.raises(RequestError, match="malformed METADATA v13"):
+        decode_request(LIBRDKAFKA_ALL_TOPICS_METADATA_V13[:20])
 
 
 def test_unsupported_api_versions_answer_is_v0_with_error_35_and_the_table() -> None:

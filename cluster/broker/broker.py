@@ -19,7 +19,7 @@ from typing import Any
 from kio.index import EntityType
 from kio.schema.errors import ErrorCode
 
-from cluster.broker import fetch, group_api, produce, topic_api
+from cluster.broker import config_api, fetch, group_api, produce, topic_api
 from cluster.broker.controller_client import ControllerClient
 from cluster.broker.env import ClientInfo, Clock, Endpoint, Outbound, Reply, Response, Rng, Scheduler, TimerHandle
 from cluster.broker.groups import Group, GroupCoordinator, OffsetToCommit
@@ -111,6 +111,7 @@ class Broker:
             ApiKey.OFFSET_FETCH: lambda r, c, reply: group_api.handle_offset_fetch(self, r, reply),
             ApiKey.DESCRIBE_GROUPS: lambda r, c, reply: group_api.handle_describe_groups(self, r, reply),
             ApiKey.LIST_GROUPS: lambda r, c, reply: group_api.handle_list_groups(self, r, reply),
+            ApiKey.DESCRIBE_CONFIGS: lambda r, c, reply: config_api.handle_describe_configs(self, r, reply),
         }
 
     # ---- lifecycle ---------------------------------------------------------------------

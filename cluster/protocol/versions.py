@@ -30,6 +30,7 @@ class ApiKey(IntEnum):
     DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    DESCRIBE_CONFIGS = 32
     # Node-to-controller APIs (KRaft); served by the controller, not advertised to clients.
     ALTER_PARTITION = 56
     BROKER_REGISTRATION = 62
@@ -65,6 +66,7 @@ SUPPORTED_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.DELETE_TOPICS: VersionRange(1, 4),
     ApiKey.INIT_PRODUCER_ID: VersionRange(0, 4),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: VersionRange(2, 4),
+    ApiKey.DESCRIBE_CONFIGS: VersionRange(1, 4),  # kio 0.6.5 has no v0 schema
 }
 
 

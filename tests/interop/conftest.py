@@ -16,12 +16,15 @@ from cluster.launcher import LocalCluster
 from tests.cluster.conftest import TEST_BROKER_CONFIG
 
 _SERIAL = itertools.count()
+# A static broker setting that a topic config inherits (segment.ms from log.roll.hours), so
+# DescribeConfigs has a STATIC_BROKER_CONFIG source to report.
+INTEROP_BROKER_CONFIG = {"log.roll.hours": "24"}
 
 
 @pytest.fixture(scope="module", params=[1, 3], ids=["1-broker", "3-brokers"])
 def interop_cluster(request, tmp_path_factory) -> Iterator[LocalCluster]:
     brokers = request.param
-    cluster = LocalCluster(brokers=brokers, base_dir=tmp_path_factory.mktemp(f"interop-{brokers}"), config=dict(TEST_BROKER_CONFIG))
+    cluster = LocalCluster(brokers=brokers, base_dir=tmp_path_factory.mktemp(f"interop-{brokers}"), config={**TEST_BROKER_CONFIG, **INTEROP_BROKER_CONFIG})
     with cluster:
         yield cluster
 

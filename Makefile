@@ -4,16 +4,19 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # The stamp changes whenever pyproject.toml does, so dependency edits reinstall.
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
-# COMMAND:DEBIAN-PACKAGE, installed when the command is missing.
-DEBS := kcat:kcat java:openjdk-17-jre-headless nft:nftables unshare:util-linux ip:iproute2 chromium:chromium
+# COMMAND:DEBIAN-PACKAGE, installed when the command is missing (python3/MODULE: when python3 cannot
+# import MODULE; ensurepip is what `python3 -m venv` needs).
+DEBS := python3/ensurepip:python3-venv kcat:kcat java:openjdk-17-jre-headless nft:nftables unshare:util-linux ip:iproute2 chromium:chromium
 PYTEST_ARGS ?=
 
-.PHONY: setup debs demo smoke test lint bench clean
+.PHONY: setup debs demo smoke test lint bench clean fresh-machine
 
 setup: debs $(STAMP)
 
+# A java that is present but older than 17 is not replaced: check-java names it and what to install.
 debs:
 	@scripts/ensure-debs $(DEBS)
+	@scripts/check-java 17
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -46,6 +49,11 @@ smoke: setup
 # Every benchmark in bench/, one after the other; each prints its own figures.
 bench: setup
 	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) -m bench.$$(basename $$b .py) || exit 1; done
+
+# Proves the Quick start: a fresh Debian 12 root file system (debootstrap) runs make setup, make demo,
+# make lint and a few test files on a clean clone of HEAD. Root only; minutes; not part of make test.
+fresh-machine:
+	scripts/fresh-machine-check
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

@@ -112,6 +112,8 @@ class Broker:
             ApiKey.DESCRIBE_GROUPS: lambda r, c, reply: group_api.handle_describe_groups(self, r, reply),
             ApiKey.LIST_GROUPS: lambda r, c, reply: group_api.handle_list_groups(self, r, reply),
             ApiKey.DESCRIBE_CONFIGS: lambda r, c, reply: config_api.handle_describe_configs(self, r, reply),
+            ApiKey.ALTER_CONFIGS: lambda r, c, reply: config_api.handle_alter_configs(self, r, reply),
+            ApiKey.INCREMENTAL_ALTER_CONFIGS: lambda r, c, reply: config_api.handle_alter_configs(self, r, reply),
         }
 
     # ---- lifecycle ---------------------------------------------------------------------

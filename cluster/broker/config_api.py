@@ -14,7 +14,7 @@ import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -155,3 +155,28 @@ def _describe(broker: Broker, resource_type: int, name: str) -> tuple[ErrorCode,
         # The empty name is the cluster-wide dynamic default, of which there is none.
         return ErrorCode.none, None, describe_broker_configs(broker.config.properties) if name else []
     return ErrorCode.invalid_request, f"resource type {resource_type} is not described here (topics 2 and brokers 4 are)", []
+
+
+def handle_alter_configs(broker: Broker, request: Request, reply: Reply) -> None:
+    """AlterConfigs and IncrementalAlterConfigs are decided by the controller (it validates,
+    and commits the topic's new configs to the metadata log); the client gets its answer once
+    committed. Brokers, this one included, apply the change from their metadata fetch, which
+    the commit wakes: a DescribeConfigs sent at once to another broker may not show it yet."""
+
+    def failed(error: ErrorCode, message: str | None) -> None:
+        result_cls = payload_class(request.api_key, request.api_version, "AlterConfigsResourceResponse")
+        results = tuple(result_cls(error_code=error, error_message=message, resource_type=r.resource_type, resource_name=r.resource_name)
+                        for r in request.body.resources)
+        reply(broker.respond(request, build(response_class(request.api_key, request.api_version), throttle_time=NO_THROTTLE, responses=results)))
+
+    def done(result: Any) -> None:
+        if not result.ok:
+            failed(ErrorCode.request_timed_out if "timed out" in (result.error or "") else ErrorCode.not_controller, result.error)
+        else:
+            reply(broker.respond(request, result.body))
+
+    if not broker.controller_client.registered:
+        failed(ErrorCode.not_controller, "this broker has not reached the controller yet")
+        return
+    # The controller client has no per-API method for these: the body goes as the client sent it.
+    broker.controller_client._send(request.api_key, request.api_version, request.body, done)

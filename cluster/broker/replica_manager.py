@@ -149,6 +149,12 @@ class ReplicaManager:
                     # Deleted while this broker was down: the restart's replay says so.
                     self.disk.rmtree(self._dir(tp))
                     log.info("%s: deleted the log of topic id %s (removed while this broker was down)", tp, topic.topic_id)
+        for topic in delta.reconfigured_topics:
+            # An altered topic config (min.insync.replicas) holds from the next request on.
+            for index in topic.partitions:
+                hosted = self.partitions.get(TopicPartition(topic.name, index))
+                if hosted is not None:
+                    hosted.settings = self._settings(topic.configs)
         latest: dict[TopicPartition, PartitionState] = {}
         for state in delta.partitions:
             latest[TopicPartition(state.topic, state.partition)] = state  # a later record for the same partition wins

@@ -32,6 +32,7 @@ from cluster.controller.config import ControllerConfig
 from cluster.controller.elections import IsrProposal, check_isr_proposal, reelect
 from cluster.controller.metadata_log import MetadataLog
 from cluster.controller.placement import assign_replicas, check_topic_configs
+from cluster.controller.topic_configs import plan_alter_configs
 from cluster.metadata.image import MetadataImage, PartitionState
 from cluster.metadata.records import (
     METADATA_TOPIC,
@@ -64,6 +65,8 @@ CONTROLLER_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.BROKER_REGISTRATION: VersionRange(0, 3),
     ApiKey.BROKER_HEARTBEAT: VersionRange(0, 1),
     ApiKey.ALLOCATE_PRODUCER_IDS: VersionRange(0, 0),
+    ApiKey.ALTER_CONFIGS: VersionRange(0, 2),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: VersionRange(0, 1),
 }
 
 
@@ -104,6 +107,8 @@ class Controller:
             ApiKey.BROKER_REGISTRATION: self._broker_registration,
             ApiKey.BROKER_HEARTBEAT: self._broker_heartbeat,
             ApiKey.ALLOCATE_PRODUCER_IDS: self._allocate_producer_ids,
+            ApiKey.ALTER_CONFIGS: self._alter_configs,
+            ApiKey.INCREMENTAL_ALTER_CONFIGS: self._alter_configs,
         }
 
     versions = CONTROLLER_VERSIONS
@@ -483,6 +488,26 @@ class Controller:
             results.append(build(result_cls, name=topic.name if topic else name, topic_id=topic.topic_id if topic else (topic_id or uuid.UUID(int=0)),
                                  error_code=error, error_message=None))
         reply(self._respond(request, build(response_class(ApiKey.DELETE_TOPICS, version), throttle_time=NO_THROTTLE, responses=tuple(results))))
+
+    def _alter_configs(self, request: Request, client: ClientInfo, reply: Reply) -> None:
+        """AlterConfigs and IncrementalAlterConfigs: each resource is decided and committed on
+        its own (Kafka answers per resource too)."""
+        version = request.api_version
+        incremental = request.api_key == ApiKey.INCREMENTAL_ALTER_CONFIGS
+        result_cls = payload_class(request.api_key, version, "AlterConfigsResourceResponse")
+        named = Counter((r.resource_type, r.resource_name) for r in request.body.resources)
+        results = []
+        for resource in request.body.resources:
+            if named[(resource.resource_type, resource.resource_name)] > 1:
+                error, message, record = ErrorCode.invalid_request, f"resource {resource.resource_name!r} is named more than once", None
+            else:
+                error, message, record = plan_alter_configs(self.image, resource, incremental)
+            if record is not None and not request.body.validate_only:
+                self.commit([record])
+                log.info("topic %s configs are now %s", resource.resource_name, record.configs)
+            results.append(build(result_cls, error_code=error, error_message=message, resource_type=resource.resource_type,
+                                 resource_name=resource.resource_name))
+        reply(self._respond(request, build(response_class(request.api_key, version), throttle_time=NO_THROTTLE, responses=tuple(results))))
 
     # ---- metadata fetch --------------------------------------------------------------
 

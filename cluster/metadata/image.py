@@ -19,6 +19,7 @@ from cluster.metadata.records import (
     ProducerIdsRecord,
     RegisterBrokerRecord,
     RemoveTopicRecord,
+    TopicConfigRecord,
     TopicRecord,
 )
 
@@ -80,12 +81,14 @@ class MetadataDelta:
     removed_topics: list[TopicImage] = field(default_factory=list)
     brokers: list[BrokerRegistration] = field(default_factory=list)
     created_topics: list[TopicImage] = field(default_factory=list)
+    reconfigured_topics: list[TopicImage] = field(default_factory=list)
 
     def merge(self, other: MetadataDelta) -> None:
         self.partitions.extend(other.partitions)
         self.removed_topics.extend(other.removed_topics)
         self.brokers.extend(other.brokers)
         self.created_topics.extend(other.created_topics)
+        self.reconfigured_topics.extend(other.reconfigured_topics)
 
 
 class MetadataImage:
@@ -133,6 +136,11 @@ class MetadataImage:
             if removed is not None:
                 del self.topics_by_name[removed.name]
                 delta.removed_topics.append(removed)
+        elif isinstance(record, TopicConfigRecord):
+            reconfigured = self.topics_by_id.get(uuid.UUID(record.topic_id))
+            if reconfigured is not None:  # a config change of a topic deleted since is moot
+                reconfigured.configs = dict(record.configs)
+                delta.reconfigured_topics.append(reconfigured)
         elif isinstance(record, ProducerIdsRecord):
             self.next_producer_id = max(self.next_producer_id, record.next_producer_id)
         else:

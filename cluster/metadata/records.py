@@ -78,6 +78,15 @@ class RemoveTopicRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class TopicConfigRecord:
+    """The whole set of a topic's own configs after an AlterConfigs or IncrementalAlterConfigs
+    (a full statement like every record: replay needs no earlier config record)."""
+
+    topic_id: str
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class ProducerIdsRecord:
     """Producer ids below `next_producer_id` have been handed out (KIP-730): the controller
     allocates disjoint blocks to brokers, and this survives its restart."""
@@ -87,7 +96,8 @@ class ProducerIdsRecord:
     next_producer_id: int
 
 
-MetadataRecord = RegisterBrokerRecord | BrokerRegistrationChangeRecord | TopicRecord | PartitionRecord | RemoveTopicRecord | ProducerIdsRecord
+MetadataRecord = (RegisterBrokerRecord | BrokerRegistrationChangeRecord | TopicRecord | PartitionRecord | RemoveTopicRecord | ProducerIdsRecord
+                  | TopicConfigRecord)
 
 _TYPES: dict[str, type] = {
     "register_broker": RegisterBrokerRecord,
@@ -96,6 +106,7 @@ _TYPES: dict[str, type] = {
     "partition": PartitionRecord,
     "remove_topic": RemoveTopicRecord,
     "producer_ids": ProducerIdsRecord,
+    "topic_configs": TopicConfigRecord,
 }
 _NAMES = {cls: name for name, cls in _TYPES.items()}
 _TUPLE_FIELDS = ("replicas", "isr")

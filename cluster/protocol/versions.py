@@ -31,6 +31,8 @@ class ApiKey(IntEnum):
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
+    INCREMENTAL_ALTER_CONFIGS = 44
     # Node-to-controller APIs (KRaft); served by the controller, not advertised to clients.
     ALTER_PARTITION = 56
     BROKER_REGISTRATION = 62
@@ -67,6 +69,8 @@ SUPPORTED_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.INIT_PRODUCER_ID: VersionRange(0, 4),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: VersionRange(2, 4),
     ApiKey.DESCRIBE_CONFIGS: VersionRange(1, 4),  # kio 0.6.5 has no v0 schema
+    ApiKey.ALTER_CONFIGS: VersionRange(0, 2),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: VersionRange(0, 1),
 }
 
 

@@ -4,7 +4,9 @@ synonym, the cluster's default), and a broker's static settings."""
 
 from __future__ import annotations
 
-from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic
+import time
+
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, NewTopic
 from kafka import KafkaAdminClient
 from kafka.admin import ConfigResource as KPConfigResource, ConfigResourceType
 
@@ -64,3 +66,70 @@ def test_kafka_python_describe_topic_configs(interop_cluster, names) -> None:
     assert seen["retention.ms"] == (TOPIC_RETENTION_MS, "DYNAMIC_TOPIC_CONFIG")
     assert seen["segment.ms"] == (SEGMENT_MS_FROM_BROKER, "STATIC_BROKER_CONFIG")
     assert seen["min.insync.replicas"] == ("1", "DEFAULT_CONFIG")
+
+
+def _describe(admin: AdminClient, topic: str) -> dict[str, tuple[str, int]]:
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    configs = admin.describe_configs([resource], request_timeout=TIMEOUT_S)[resource].result(TIMEOUT_S)
+    return {name: (entry.value, entry.source) for name, entry in configs.items()}
+
+
+def _eventually(check, what: str, timeout_s: float = TIMEOUT_S):
+    """Brokers apply a committed config change from their metadata fetch, a few ms later."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = check()
+        if result or time.monotonic() > deadline:
+            assert result, what
+            return result
+        time.sleep(0.05)
+
+
+def test_confluent_incremental_alter_configs_sets_and_deletes_topic_configs(interop_cluster, names) -> None:
+    topic = f"{names}-t"
+    _create(interop_cluster, topic)
+    admin = AdminClient({"bootstrap.servers": interop_cluster.bootstrap_servers})
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("min.insync.replicas", "2", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("retention.ms", None, incremental_operation=AlterConfigOpType.DELETE),
+    ])
+    admin.incremental_alter_configs([resource], request_timeout=TIMEOUT_S)[resource].result(TIMEOUT_S)
+    for broker in interop_cluster.brokers:  # every broker's image has the change
+        one = AdminClient({"bootstrap.servers": broker.address})
+        _eventually(lambda: _describe(one, topic)["min.insync.replicas"] == ("2", ConfigSource.DYNAMIC_TOPIC_CONFIG.value), f"broker {broker.broker_id}")
+        assert _describe(one, topic)["retention.ms"] == (str(7 * 24 * 3_600_000), ConfigSource.DEFAULT_CONFIG.value)
+
+
+def test_confluent_alter_configs_replaces_the_topic_configs(interop_cluster, names) -> None:
+    topic = f"{names}-t"
+    _create(interop_cluster, topic)
+    admin = AdminClient({"bootstrap.servers": interop_cluster.bootstrap_servers})
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, set_config={"unclean.leader.election.enable": "true"})
+    admin.alter_configs([resource], request_timeout=TIMEOUT_S)[resource].result(TIMEOUT_S)
+    seen = _eventually(lambda: (d := _describe(admin, topic))["unclean.leader.election.enable"][0] == "true" and d, "the change is visible")
+    assert seen["unclean.leader.election.enable"] == ("true", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+    assert seen["retention.ms"][1] == ConfigSource.DEFAULT_CONFIG.value  # replaced: the creation's retention.ms is gone
+
+
+def test_confluent_alter_configs_refuses_bad_names_and_values(interop_cluster, names) -> None:
+    topic = f"{names}-t"
+    _create(interop_cluster, topic)
+    admin = AdminClient({"bootstrap.servers": interop_cluster.bootstrap_servers})
+    for entry in (ConfigEntry("no.such.config", "1", incremental_operation=AlterConfigOpType.SET),
+                  ConfigEntry("min.insync.replicas", "zero", incremental_operation=AlterConfigOpType.SET)):
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[entry])
+        error = admin.incremental_alter_configs([resource], request_timeout=TIMEOUT_S)[resource].exception(TIMEOUT_S)
+        assert error is not None and error.args[0].code() == 40, error  # INVALID_CONFIG
+    assert _describe(admin, topic)["min.insync.replicas"] == ("1", ConfigSource.DEFAULT_CONFIG.value)
+
+
+def test_kafka_python_alter_configs(interop_cluster, names) -> None:
+    topic = f"{names}-t"
+    _create(interop_cluster, topic)
+    admin = KafkaAdminClient(bootstrap_servers=interop_cluster.bootstrap_servers, request_timeout_ms=TIMEOUT_S * 1000)
+    try:
+        admin.alter_configs([KPConfigResource(ConfigResourceType.TOPIC, topic, configs={"min.insync.replicas": "2"})])
+    finally:
+        admin.close()
+    confluent = AdminClient({"bootstrap.servers": interop_cluster.bootstrap_servers})
+    _eventually(lambda: _describe(confluent, topic)["min.insync.replicas"] == ("2", ConfigSource.DYNAMIC_TOPIC_CONFIG.value), "the change is visible")

@@ -150,11 +150,13 @@ class ReplicaManager:
                     self.disk.rmtree(self._dir(tp))
                     log.info("%s: deleted the log of topic id %s (removed while this broker was down)", tp, topic.topic_id)
         for topic in delta.reconfigured_topics:
-            # An altered topic config (min.insync.replicas) holds from the next request on.
+            # An altered topic config holds from the next request (min.insync.replicas) or the
+            # next roll, flush or retention pass (the log reads its config at each use).
             for index in topic.partitions:
                 hosted = self.partitions.get(TopicPartition(topic.name, index))
                 if hosted is not None:
                     hosted.settings = self._settings(topic.configs)
+                    hosted.log.config = self.log_config_for(topic.name)
         latest: dict[TopicPartition, PartitionState] = {}
         for state in delta.partitions:
             latest[TopicPartition(state.topic, state.partition)] = state  # a later record for the same partition wins

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from cluster.launcher import CONTROLLER_NODE_ID
@@ -62,3 +62,25 @@ def test_altered_min_insync_replicas_decides_acks_all_produce_and_survives_resta
 
     _set_min_isr(AdminClient({"bootstrap.servers": leader_only}), None)
     _until(lambda: _produce_error(leader_only) is None, "acks=all accepted again once the topic's min.insync.replicas is deleted")
+
+
+def test_altered_retention_ms_deletes_old_segments_of_a_running_log(make_cluster) -> None:
+    cluster = make_cluster(config={"log.retention.check.interval.ms": "200"})
+    bootstrap = cluster.bootstrap_servers
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    # Small segments, so most records sit in closed segments that retention may delete.
+    admin.create_topics([NewTopic("aging", 1, 1, config={"segment.bytes": "1024"})], operation_timeout=TIMEOUT_S)["aging"].result(TIMEOUT_S)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    for i in range(60):
+        producer.produce("aging", b"x" * 100)
+        producer.flush(TIMEOUT_S)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "watermarks"})
+    try:
+        low = lambda: consumer.get_watermark_offsets(TopicPartition("aging", 0), timeout=TIMEOUT_S)[0]  # noqa: E731
+        time.sleep(1)  # several retention passes under the default 7 days
+        assert low() == 0
+        resource = ConfigResource(ConfigResource.Type.TOPIC, "aging", incremental_configs=[ConfigEntry("retention.ms", "1", incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([resource], request_timeout=TIMEOUT_S)[resource].result(TIMEOUT_S)
+        _until(lambda: low() > 0, "retention.ms=1 deleted the closed segments")
+    finally:
+        consumer.close()

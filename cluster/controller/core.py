@@ -32,6 +32,7 @@ from cluster.controller.config import ControllerConfig
 from cluster.controller.elections import IsrProposal, check_isr_proposal, reelect
 from cluster.controller.metadata_log import MetadataLog
 from cluster.controller.placement import assign_replicas, check_topic_configs
+from cluster.controller.partitions import plan_create_partitions
 from cluster.controller.topic_configs import plan_alter_configs
 from cluster.metadata.image import MetadataImage, PartitionState
 from cluster.metadata.records import (
@@ -67,6 +68,7 @@ CONTROLLER_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.ALLOCATE_PRODUCER_IDS: VersionRange(0, 0),
     ApiKey.ALTER_CONFIGS: VersionRange(0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: VersionRange(0, 1),
+    ApiKey.CREATE_PARTITIONS: VersionRange(0, 3),
 }
 
 
@@ -109,6 +111,7 @@ class Controller:
             ApiKey.ALLOCATE_PRODUCER_IDS: self._allocate_producer_ids,
             ApiKey.ALTER_CONFIGS: self._alter_configs,
             ApiKey.INCREMENTAL_ALTER_CONFIGS: self._alter_configs,
+            ApiKey.CREATE_PARTITIONS: self._create_partitions,
         }
 
     versions = CONTROLLER_VERSIONS
@@ -508,6 +511,22 @@ class Controller:
             results.append(build(result_cls, error_code=error, error_message=message, resource_type=resource.resource_type,
                                  resource_name=resource.resource_name))
         reply(self._respond(request, build(response_class(request.api_key, version), throttle_time=NO_THROTTLE, responses=tuple(results))))
+
+    def _create_partitions(self, request: Request, client: ClientInfo, reply: Reply) -> None:
+        version = request.api_version
+        result_cls = payload_class(ApiKey.CREATE_PARTITIONS, version, "CreatePartitionsTopicResult")
+        named = Counter(t.name for t in request.body.topics)
+        results = []
+        for topic in request.body.topics:
+            if named[topic.name] > 1:
+                error, message, records = ErrorCode.invalid_request, f"topic {topic.name!r} is named more than once in the request", []
+            else:
+                error, message, records = plan_create_partitions(self.image, topic, self.rng)
+            if records and not request.body.validate_only:
+                self.commit(list(records))
+                log.info("topic %s: added partitions %s", topic.name, [(r.partition, list(r.replicas)) for r in records])
+            results.append(build(result_cls, name=topic.name, error_code=error, error_message=message))
+        reply(self._respond(request, build(response_class(ApiKey.CREATE_PARTITIONS, version), throttle_time=NO_THROTTLE, results=tuple(results))))
 
     # ---- metadata fetch --------------------------------------------------------------
 

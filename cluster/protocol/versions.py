@@ -32,6 +32,7 @@ class ApiKey(IntEnum):
     OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    CREATE_PARTITIONS = 37
     INCREMENTAL_ALTER_CONFIGS = 44
     # Node-to-controller APIs (KRaft); served by the controller, not advertised to clients.
     ALTER_PARTITION = 56
@@ -71,6 +72,7 @@ SUPPORTED_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.DESCRIBE_CONFIGS: VersionRange(1, 4),  # kio 0.6.5 has no v0 schema
     ApiKey.ALTER_CONFIGS: VersionRange(0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: VersionRange(0, 1),
+    ApiKey.CREATE_PARTITIONS: VersionRange(0, 3),
 }
 
 

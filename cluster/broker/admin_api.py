@@ -70,3 +70,24 @@ def handle_create_partitions(broker: Broker, request: Request, reply: Reply) -> 
         return
     # The controller client has no per-API method for this: the body goes as the client sent it.
     broker.controller_client._send(ApiKey.CREATE_PARTITIONS, version, request.body, done)
+
+
+def handle_elect_leaders(broker: Broker, request: Request, reply: Reply) -> None:
+    """ElectLeaders is decided by the controller; answered once committed (brokers take the
+    new leaders from their metadata fetch, which the commit wakes)."""
+    version = request.api_version
+
+    def failed(error: ErrorCode, message: str | None) -> None:
+        body = build(response_class(ApiKey.ELECT_LEADERS, version), throttle_time=NO_THROTTLE, error_code=error, replica_election_results=())
+        reply(broker.respond(request, body))
+
+    def done(result: Any) -> None:
+        if not result.ok:
+            failed(ErrorCode.request_timed_out if "timed out" in (result.error or "") else ErrorCode.not_controller, result.error)
+        else:
+            reply(broker.respond(request, result.body))
+
+    if not broker.controller_client.registered:
+        failed(ErrorCode.not_controller, "this broker has not reached the controller yet")
+        return
+    broker.controller_client._send(ApiKey.ELECT_LEADERS, version, request.body, done)

@@ -115,6 +115,7 @@ class Broker:
             ApiKey.ALTER_CONFIGS: lambda r, c, reply: config_api.handle_alter_configs(self, r, reply),
             ApiKey.INCREMENTAL_ALTER_CONFIGS: lambda r, c, reply: config_api.handle_alter_configs(self, r, reply),
             ApiKey.CREATE_PARTITIONS: lambda r, c, reply: admin_api.handle_create_partitions(self, r, reply),
+            ApiKey.ELECT_LEADERS: lambda r, c, reply: admin_api.handle_elect_leaders(self, r, reply),
         }
 
     # ---- lifecycle ---------------------------------------------------------------------

@@ -32,6 +32,7 @@ from cluster.controller.config import ControllerConfig
 from cluster.controller.elections import IsrProposal, check_isr_proposal, reelect
 from cluster.controller.metadata_log import MetadataLog
 from cluster.controller.placement import assign_replicas, check_topic_configs
+from cluster.controller.elect_leaders import plan_election
 from cluster.controller.partitions import plan_create_partitions
 from cluster.controller.topic_configs import plan_alter_configs
 from cluster.metadata.image import MetadataImage, PartitionState
@@ -69,6 +70,7 @@ CONTROLLER_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.ALTER_CONFIGS: VersionRange(0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: VersionRange(0, 1),
     ApiKey.CREATE_PARTITIONS: VersionRange(0, 3),
+    ApiKey.ELECT_LEADERS: VersionRange(0, 2),
 }
 
 
@@ -112,6 +114,7 @@ class Controller:
             ApiKey.ALTER_CONFIGS: self._alter_configs,
             ApiKey.INCREMENTAL_ALTER_CONFIGS: self._alter_configs,
             ApiKey.CREATE_PARTITIONS: self._create_partitions,
+            ApiKey.ELECT_LEADERS: self._elect_leaders,
         }
 
     versions = CONTROLLER_VERSIONS
@@ -527,6 +530,33 @@ class Controller:
                 log.info("topic %s: added partitions %s", topic.name, [(r.partition, list(r.replicas)) for r in records])
             results.append(build(result_cls, name=topic.name, error_code=error, error_message=message))
         reply(self._respond(request, build(response_class(ApiKey.CREATE_PARTITIONS, version), throttle_time=NO_THROTTLE, results=tuple(results))))
+
+    def _elect_leaders(self, request: Request, client: ClientInfo, reply: Reply) -> None:
+        """ElectLeaders; a null topic list means every partition (Kafka's rule), each answered."""
+        version = request.api_version
+        election_type = getattr(request.body, "election_type", 0)  # v0 is preferred only
+        topic_cls = payload_class(ApiKey.ELECT_LEADERS, version, "ReplicaElectionResult")
+        partition_cls = payload_class(ApiKey.ELECT_LEADERS, version, "PartitionResult")
+        if request.body.topic_partitions is None:
+            wanted = [(t.name, tuple(sorted(t.partitions))) for t in self.image.topics_by_name.values()]
+        else:
+            wanted = [(t.topic, tuple(int(i) for i in t.partitions)) for t in request.body.topic_partitions]
+        results = []
+        for name, indices in wanted:
+            partitions = []
+            for index in indices:
+                p = self.image.partition(name, index)
+                if p is None:
+                    error, message, record = ErrorCode.unknown_topic_or_partition, f"{name}-{index} does not exist", None
+                else:
+                    error, message, record = plan_election(p, election_type, self._usable)
+                if record is not None:
+                    self.commit([record])
+                    self._log_partition_changes([record], f"election type {election_type} asked by a client")
+                partitions.append(build(partition_cls, partition_id=index, error_code=error, error_message=message))
+            results.append(build(topic_cls, topic=name, partition_result=tuple(partitions)))
+        reply(self._respond(request, build(response_class(ApiKey.ELECT_LEADERS, version), throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+                                           replica_election_results=tuple(results))))
 
     # ---- metadata fetch --------------------------------------------------------------
 

@@ -33,6 +33,7 @@ class ApiKey(IntEnum):
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     CREATE_PARTITIONS = 37
+    ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
     # Node-to-controller APIs (KRaft); served by the controller, not advertised to clients.
     ALTER_PARTITION = 56
@@ -73,6 +74,7 @@ SUPPORTED_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.ALTER_CONFIGS: VersionRange(0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: VersionRange(0, 1),
     ApiKey.CREATE_PARTITIONS: VersionRange(0, 3),
+    ApiKey.ELECT_LEADERS: VersionRange(0, 2),
 }
 
 

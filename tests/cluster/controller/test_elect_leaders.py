@@ -46,3 +46,19 @@ def test_preferred_election_returns_leadership_to_the_first_replica(make_cluster
     except KafkaException as error:
         errors = [error.args[0]]
     assert [e.code() for e in errors] == [84], errors  # ELECTION_NOT_NEEDED
+
+
+def test_unclean_election_gives_a_leaderless_partition_a_replica_outside_the_isr(make_cluster) -> None:
+    cluster = make_cluster(brokers=2)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    admin.create_topics([NewTopic("stranded", 1, 2)], operation_timeout=TIMEOUT_S)["stranded"].result(TIMEOUT_S)
+    leader, replicas, _ = _state(admin, "stranded")
+    other = next(b for b in replicas if b != leader)
+    cluster.stop(other)  # the ISR shrinks to [leader]
+    cluster.stop(leader)  # leaderless: the only ISR member is down
+    cluster.start(other)
+    survivor = AdminClient({"bootstrap.servers": next(b.address for b in cluster.brokers if b.broker_id == other)})
+    _until(lambda: _state(survivor, "stranded")[0] == -1, "no leader: the live replica is outside the ISR and unclean election is off")
+
+    survivor.elect_leaders(ElectionType.UNCLEAN, [TopicPartition("stranded", 0)]).result(TIMEOUT_S)
+    _until(lambda: _state(survivor, "stranded")[0] == other, "the replica outside the ISR leads after an unclean election")

@@ -19,7 +19,7 @@ from confluent_kafka.admin import AclBinding, AclBindingFilter, AclOperation, Ac
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 
 NOT_YET = "not covered yet by the matrix (issue 13 is open for it)"
-NOT_SERVED = "API not served yet (DeleteRecords / DescribeCluster): not covered"
+NOT_SERVED = "API not served yet (DeleteRecords): not covered"
 ELECT = "served; preferred election tested outside the matrix (tests/cluster/controller/test_elect_leaders.py)"
 TXN = "transactions: issue 14"
 UNADVERTISED = "ACL/SCRAM API not advertised: test_unadvertised_admin_calls_fail_cleanly"
@@ -55,7 +55,7 @@ COVERAGE: dict[type, dict[str, str]] = {
         "create_partitions": "test_partitions.py::test_confluent_create_partitions_then_produce_to_and_consume_from_the_new_one",
         "create_acls": UNADVERTISED, "describe_acls": UNADVERTISED, "delete_acls": UNADVERTISED,
         "alter_user_scram_credentials": UNADVERTISED, "describe_user_scram_credentials": UNADVERTISED,
-        "delete_records": NOT_SERVED, "elect_leaders": ELECT, "describe_cluster": NOT_SERVED,
+        "delete_records": NOT_SERVED, "elect_leaders": ELECT, "describe_cluster": "test_cluster.py::test_confluent_describe_cluster",
         "delete_consumer_groups": GROUP_H2,
         "delete_topics": NOT_YET, "describe_topics": NOT_YET, "describe_consumer_groups": NOT_YET, "list_consumer_groups": NOT_YET,
         "list_groups": NOT_YET, "list_consumer_group_offsets": NOT_YET, "alter_consumer_group_offsets": NOT_YET,
@@ -85,7 +85,7 @@ COVERAGE: dict[type, dict[str, str]] = {
         "create_acls": UNADVERTISED, "delete_acls": UNADVERTISED, "describe_acls": UNADVERTISED,
         "alter_user_scram_credentials": UNADVERTISED, "describe_user_scram_credentials": UNADVERTISED,
         "abort_transaction": TXN, "describe_transactions": TXN, "find_hanging_transactions": TXN, "list_transactions": TXN,
-        "delete_records": NOT_SERVED, "elect_leaders": ELECT, "describe_cluster": NOT_SERVED,
+        "delete_records": NOT_SERVED, "elect_leaders": ELECT, "describe_cluster": "test_cluster.py::test_kafka_python_describe_cluster",
         "delete_groups": GROUP_H2, "delete_group_offsets": GROUP_H2, "describe_producers": GROUP_H2,
         **{name: "API not served (reassignment, log dirs, quorum, features, config listing): not covered"
            for name in ("alter_partition_reassignments", "list_partition_reassignments", "alter_replica_log_dirs", "describe_log_dirs",
@@ -126,7 +126,7 @@ COVERAGE: dict[type, dict[str, str]] = {
         "alter_configs": "test_aiokafka.py::test_aiokafka_admin_creates_lists_describes_and_alters_a_topic",
         "describe_configs": "test_aiokafka.py::test_aiokafka_admin_creates_lists_describes_and_alters_a_topic",
         "create_partitions": "test_partitions.py::test_aiokafka_create_partitions",
-        "delete_records": NOT_SERVED, "describe_cluster": NOT_SERVED,
+        "delete_records": NOT_SERVED, "describe_cluster": "test_cluster.py::test_aiokafka_describe_cluster",
         **{name: NOT_YET for name in ("delete_topics", "describe_consumer_groups", "find_coordinator", "list_consumer_group_offsets",
                                       "list_consumer_groups")},
     },

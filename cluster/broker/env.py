@@ -2,9 +2,10 @@
 random source, and connections to answer on.
 
 The asyncio runtime supplies real ones; a deterministic simulator supplies virtual time and
-a seeded RNG. Timers use `monotonic_ns` (immune to clock skew); anything Kafka bases on
-wall-clock time (batch timestamps, retention, commit timestamps) uses `wall_ms`, so a
-skewed clock affects exactly what it affects in Kafka.
+a seeded RNG. Timers are scheduled on `monotonic_ns` (when to wake up); anything Kafka
+measures with its wall clock (`Time.milliseconds()`: batch timestamps, retention, commit
+timestamps, replica lag for ISR shrink and expansion) uses `wall_ms`, so a skewed clock
+affects exactly what it affects in Kafka.
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ def _read(broker: Broker, request: Request) -> _FetchRead:
     body = request.body
     version = request.api_version
     replica_id, replica_epoch = replica_of(request)
-    now_ns = broker.clock.monotonic_ns()
+    now_ms = broker.clock.wall_ms()  # follower fetch times feed replica lag: wall clock, as in Kafka
     by_id = version >= 13
     read_committed = body.isolation_level == READ_COMMITTED
     remaining = body.max_bytes
@@ -106,7 +106,7 @@ def _read(broker: Broker, request: Request) -> _FetchRead:
                     result.diverging_epoch = diverging
                     has_error = True  # answer at once: the follower must truncate before it can fetch
                     continue
-                partition.on_follower_fetch(replica_id, p.fetch_offset, replica_epoch, now_ns)
+                partition.on_follower_fetch(replica_id, p.fetch_offset, replica_epoch, now_ms)
                 result.high_watermark = partition.high_watermark
             try:
                 if replica_id >= 0:

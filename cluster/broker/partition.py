@@ -49,9 +49,9 @@ class FollowerState:
     """The leader's view of one follower (Kafka's Replica)."""
 
     log_end_offset: int = -1  # unknown until it fetches in this epoch
-    last_caught_up_ns: int = 0
+    last_caught_up_ms: int = 0  # the leader's wall clock, as Kafka's lastCaughtUpTimeMs
     leader_end_at_last_fetch: int = -1
-    last_fetch_ns: int = 0
+    last_fetch_ms: int = 0
     broker_epoch: int = -1
 
 
@@ -130,7 +130,7 @@ class Partition:
 
     # ---- roles -----------------------------------------------------------------------
 
-    def apply_state(self, state: PartitionState, now_ns: int) -> str | None:
+    def apply_state(self, state: PartitionState, now_ms: int) -> str | None:
         """Act on the partition's state in the metadata; returns the new role if it changed
         role or epoch ("leader"/"follower"), else None."""
         newer_epoch = state.leader_epoch > self.leader_epoch
@@ -139,7 +139,7 @@ class Partition:
         self.replicas = state.replicas
         if state.leader == self.broker_id:
             if self.role != LEADER or newer_epoch:
-                self._become_leader(state, now_ns)
+                self._become_leader(state, now_ms)
                 return LEADER
             if old is None or state.partition_epoch > old.partition_epoch:
                 self._set_isr(state.isr)
@@ -149,7 +149,7 @@ class Partition:
             return FOLLOWER
         return None
 
-    def _become_leader(self, state: PartitionState, now_ns: int) -> None:
+    def _become_leader(self, state: PartitionState, now_ms: int) -> None:
         self.role = LEADER
         self.leader_epoch = state.leader_epoch
         self.leader_id = self.broker_id
@@ -158,7 +158,7 @@ class Partition:
         self.epoch_start_offset = self.log.log_end_offset
         if state.leader_epoch > self.log.epochs.latest_epoch:
             self.log.epochs.assign(state.leader_epoch, self.log.log_end_offset)
-        self.followers = {r: FollowerState(last_caught_up_ns=now_ns) for r in state.replicas if r != self.broker_id}
+        self.followers = {r: FollowerState(last_caught_up_ms=now_ms) for r in state.replicas if r != self.broker_id}
         self._set_isr(state.isr)
         log.info("%s: leader in epoch %d (log end %d, HWM %d, ISR %s)", self.tp, self.leader_epoch, self.log_end_offset,
                  self.high_watermark, list(self.isr))
@@ -292,43 +292,51 @@ class Partition:
             return epoch, end
         return None
 
-    def on_follower_fetch(self, replica: int, fetch_offset: int, broker_epoch: int, now_ns: int) -> None:
+    def on_follower_fetch(self, replica: int, fetch_offset: int, broker_epoch: int, now_ms: int) -> None:
         """A follower fetched from `fetch_offset`: that is its log end offset."""
         follower = self.followers.get(replica)
         if follower is None:
             return
         leader_end = self.log_end_offset
+        # Kafka keeps the latest caught-up time it has seen (max), so after the leader's wall
+        # clock steps back a follower's caught-up time stays in the "future" until the clock
+        # passes it again: a follower that stops fetching then stays in the ISR that much
+        # longer. After a forward step, the next ISR check may find caught-up followers
+        # lagging: both are what clock faults do to a Kafka leader.
         if fetch_offset >= leader_end:
-            follower.last_caught_up_ns = now_ns
+            follower.last_caught_up_ms = max(follower.last_caught_up_ms, now_ms)
         elif fetch_offset >= follower.leader_end_at_last_fetch >= 0:
-            follower.last_caught_up_ns = follower.last_fetch_ns
+            follower.last_caught_up_ms = max(follower.last_caught_up_ms, follower.last_fetch_ms)
         follower.leader_end_at_last_fetch = leader_end
-        follower.last_fetch_ns = now_ns
+        follower.last_fetch_ms = now_ms
         follower.log_end_offset = min(fetch_offset, leader_end)
         follower.broker_epoch = broker_epoch
         self.maybe_advance_high_watermark()
 
-    def expandable_followers(self, now_ns: int) -> list[int]:
+    def expandable_followers(self, now_ms: int) -> list[int]:
         """Followers outside the ISR that may rejoin: log end at or past the HWM and the start
         of our epoch (KAFKA-7128), and caught up within replica.lag.time.max.ms. Kafka only
         expands on a follower's fetch, so a follower it adds has just caught up; the last
         rule keeps one whose last fetch is long gone (a cut link) from being added and
         then shrunk away again at once."""
         start = self.epoch_start_offset
-        lag_ns = self.settings.replica_lag_time_max_ms * 1_000_000
+        lag_ms = self.settings.replica_lag_time_max_ms
         out = []
         for replica, follower in sorted(self.followers.items()):
             if replica in self.maximal_isr:
                 continue
-            if follower.log_end_offset < 0 or now_ns - follower.last_caught_up_ns > lag_ns:
+            if follower.log_end_offset < 0 or now_ms - follower.last_caught_up_ms > lag_ms:
                 continue
             if follower.log_end_offset >= self.high_watermark and follower.log_end_offset >= start:
                 out.append(replica)
         return out
 
-    def lagging_followers(self, now_ns: int) -> list[int]:
-        lag_ns = self.settings.replica_lag_time_max_ms * 1_000_000
-        return [r for r in self.isr if r != self.broker_id and r in self.followers and now_ns - self.followers[r].last_caught_up_ns > lag_ns]
+    def lagging_followers(self, now_ms: int) -> list[int]:
+        """ISR members not caught up for replica.lag.time.max.ms, measured on the leader's wall
+        clock as Kafka's getOutOfSyncReplicas does (time.milliseconds()): a leader whose clock
+        jumps forward finds its followers lagging, as a Kafka leader does."""
+        lag_ms = self.settings.replica_lag_time_max_ms
+        return [r for r in self.isr if r != self.broker_id and r in self.followers and now_ms - self.followers[r].last_caught_up_ms > lag_ms]
 
     # ---- the follower ----------------------------------------------------------------
 

@@ -133,7 +133,7 @@ class ReplicaManager:
 
     def apply_metadata(self, image: MetadataImage, delta: MetadataDelta) -> RoleChanges:
         changes = RoleChanges()
-        now_ns = self.clock.monotonic_ns()
+        now_ms = self.clock.wall_ms()
         for topic in delta.removed_topics:
             for index in list(topic.partitions):
                 tp = TopicPartition(topic.name, index)
@@ -182,7 +182,7 @@ class ReplicaManager:
                 partition_log = self._open_log(tp, state.topic_id)
                 partition = self.partitions[tp] = Partition(tp, partition_log, self._settings(topic.configs),
                                                             high_watermark=self._checkpointed_high_watermark(tp))
-            role = partition.apply_state(state, now_ns)
+            role = partition.apply_state(state, now_ms)
             if role == LEADER:
                 changes.became_leader.append(tp)
                 if state.leader_recovering:
@@ -248,17 +248,17 @@ class ReplicaManager:
         self._timer = self.scheduler.call_later(ISR_CHECK_INTERVAL_MS, tick)
 
     def _check_isrs(self) -> None:
-        now_ns = self.clock.monotonic_ns()
+        now_ms = self.clock.wall_ms()  # replica lag is wall-clock time in Kafka (Partition.scala)
         image = self.controller.image
         for p in self.partitions.values():
             if p.role != LEADER or p.pending_isr is not None or p.state is None:
                 continue
-            lagging = p.lagging_followers(now_ns)
+            lagging = p.lagging_followers(now_ms)
             if lagging:
                 log.info("%s: followers %s not caught up for %d ms: shrinking the ISR", p.tp, lagging, p.settings.replica_lag_time_max_ms)
                 self._propose(p, tuple(b for b in p.isr if b not in lagging))
                 continue
-            joining = [r for r in p.expandable_followers(now_ns) if (b := image.brokers.get(r)) is not None and b.usable
+            joining = [r for r in p.expandable_followers(now_ms) if (b := image.brokers.get(r)) is not None and b.usable
                        and (p.followers[r].broker_epoch in (-1, b.broker_epoch))]
             if joining and not (p.state.leader_recovering):
                 log.info("%s: followers %s caught up (log end >= HWM %d): expanding the ISR", p.tp, joining, p.high_watermark)
@@ -288,7 +288,7 @@ class ReplicaManager:
             if result.error == ErrorCode.none and result.state is not None:
                 log.info("%s: ISR now %s (partition epoch %d)", p.tp, list(result.state.isr), result.state.partition_epoch)
                 if p.state is not None and result.state.partition_epoch > p.state.partition_epoch:
-                    p.apply_state(result.state, self.clock.monotonic_ns())
+                    p.apply_state(result.state, self.clock.wall_ms())
             else:
                 log.info("%s: AlterPartition to ISR %s refused: %s", p.tp, list(new_isr), result.error.name)
             p.maybe_advance_high_watermark()

@@ -31,6 +31,22 @@ class VirtualClock:
         self._monotonic_ns = monotonic_ns
 
 
+class NodeClock:
+    """One node's view of a shared VirtualClock: the same monotonic time (timers stay in step
+    across nodes) and a wall clock that a clock fault can move on this node alone, as
+    libfaketime does to one broker process."""
+
+    def __init__(self, shared: VirtualClock) -> None:
+        self.shared = shared
+        self.skew_ms = 0
+
+    def monotonic_ns(self) -> int:
+        return self.shared.monotonic_ns()
+
+    def wall_ms(self) -> int:
+        return self.shared.wall_ms() + self.skew_ms
+
+
 @dataclass(order=True)
 class VirtualTimer:
     deadline_ns: int

@@ -19,7 +19,7 @@ from cluster.config import BrokerConfig
 from cluster.controller.config import ControllerConfig
 from cluster.controller.core import CONTROLLER_VERSIONS, Controller
 from cluster.protocol.codec import build, request_class
-from cluster.runtime.virtual_time import VirtualClock, VirtualScheduler
+from cluster.runtime.virtual_time import NodeClock, VirtualClock, VirtualScheduler
 from cluster.sim.network import NodeScheduler, SimNode, VirtualNetwork, VirtualOutbound
 from cluster.storage.disk import MemoryDisk
 
@@ -70,6 +70,7 @@ class SimCall:
 class _BrokerSlot:
     broker_id: int
     disk: MemoryDisk = field(default_factory=MemoryDisk)
+    clock: NodeClock | None = None  # the broker's own wall clock survives its restarts, as a host's does
     broker: Broker | None = None
     scheduler: NodeScheduler | None = None
     outbound: VirtualOutbound | None = None
@@ -134,7 +135,9 @@ class SimCluster:
         slot.incarnation += 1
         slot.scheduler = NodeScheduler(self.scheduler, self.network, host)
         slot.outbound = self.network.outbound_for(host)
-        slot.broker = Broker(self.broker_config(broker_id), slot.disk, self.clock, slot.scheduler, random.Random(self.rng.getrandbits(64)), slot.outbound)
+        if slot.clock is None:
+            slot.clock = NodeClock(self.clock)
+        slot.broker = Broker(self.broker_config(broker_id), slot.disk, slot.clock, slot.scheduler, random.Random(self.rng.getrandbits(64)), slot.outbound)
         slot.broker.start()
         return slot.broker
 
@@ -153,6 +156,14 @@ class SimCluster:
     def restart(self, broker_id: int, lose_unflushed: bool = False) -> Broker:
         self.kill(broker_id, lose_unflushed)
         return self.start_broker(broker_id)
+
+    def skew_clock(self, broker_id: int, skew_ms: int) -> None:
+        """Set broker `broker_id`'s wall clock `skew_ms` away from true time (a clock fault:
+        its monotonic clock, and so its timers, keep running at the shared rate)."""
+        slot = self._slots[broker_id]
+        if slot.clock is None:
+            slot.clock = NodeClock(self.clock)
+        slot.clock.skew_ms = skew_ms
 
     def pause(self, broker_id: int) -> None:
         self.network.pause(broker_host(broker_id))

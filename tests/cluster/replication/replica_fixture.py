@@ -13,7 +13,7 @@ from cluster.storage.disk import MemoryDisk
 from cluster.storage.log import PartitionLog
 
 TOPIC_ID = uuid.UUID(int=7)
-SECOND_NS = 1_000_000_000
+SECOND_MS = 1_000
 
 
 class Replica:
@@ -25,9 +25,9 @@ class Replica:
         self.partition = Partition(TopicPartition("t", 0), PartitionLog.open(MemoryDisk(), "/t-0", LogConfig(), now_ms=0),
                                    ReplicationSettings(broker_id=broker_id, min_insync_replicas=min_isr, replica_lag_time_max_ms=30_000))
 
-    def state(self, leader: int, leader_epoch: int, isr: tuple[int, ...], now_ns: int = 0) -> None:
+    def state(self, leader: int, leader_epoch: int, isr: tuple[int, ...], now_ms: int = 0) -> None:
         self.partition_epoch += 1
-        self.partition.apply_state(PartitionState("t", TOPIC_ID, 0, self.replicas, isr, leader, leader_epoch, self.partition_epoch), now_ns)
+        self.partition.apply_state(PartitionState("t", TOPIC_ID, 0, self.replicas, isr, leader, leader_epoch, self.partition_epoch), now_ms)
 
     def append(self, count: int) -> None:
         """`count` one-record batches as leader, in the current epoch."""

@@ -65,24 +65,25 @@ class BadArgument(ValueError):
 
 IN_FLIGHT_KEYS = ("max.in.flight.requests.per.connection", "max.in.flight")
 IDEMPOTENT_MAX_IN_FLIGHT = "5"
+JEPSEN_MAX_IN_FLIGHT = "1000000"  # Jepsen's non-idempotent producer: unbounded, so retries reorder
 
 
 def effective_client_config(defaults: dict[str, str], overrides: dict[str, str]) -> dict[str, str]:
     """The workload's defaults under the user's --client-config. A transactional.id turns
-    idempotence on (librdkafka refuses one without it). Jepsen's base leaves
-    in-flight requests unbounded, which librdkafka refuses next to idempotence (it allows at
-    most 5, as the Java client does by default): an idempotent or transactional producer
-    gets 5 unless the user chose a value, which is then theirs to answer for."""
+    idempotence on (librdkafka refuses one without it). Unless the user chose a value (then
+    theirs to answer for), an idempotent or transactional producer gets 5 requests in flight
+    (librdkafka allows at most 5 with idempotence, as the Java client does), and a
+    non-idempotent one Jepsen's unbounded in-flight requests."""
     config = {**defaults, **overrides}
     if "transactional.id" in config and "enable.idempotence" not in overrides:
         # Transactions need idempotence; Jepsen's base spells it out as false.
         config["enable.idempotence"] = "true"
     idempotent = (str(config.get("enable.idempotence", "false")).strip().lower() in ("true", "1", "yes")
                   or "transactional.id" in config)
-    if idempotent and not any(key in overrides for key in IN_FLIGHT_KEYS):
+    if not any(key in overrides for key in IN_FLIGHT_KEYS):
         for key in IN_FLIGHT_KEYS:
             config.pop(key, None)
-        config["max.in.flight.requests.per.connection"] = IDEMPOTENT_MAX_IN_FLIGHT
+        config["max.in.flight.requests.per.connection"] = IDEMPOTENT_MAX_IN_FLIGHT if idempotent else JEPSEN_MAX_IN_FLIGHT
     return config
 
 

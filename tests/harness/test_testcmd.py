@@ -133,6 +133,17 @@ def test_an_idempotent_producer_gets_at_most_5_requests_in_flight_and_librdkafka
 def test_an_explicit_in_flight_setting_is_left_to_the_user():
     spec = _spec("--client-config", "enable.idempotence=true", "--client-config", "max.in.flight=3")
     assert spec.client_config["max.in.flight"] == "3"
-    assert spec.client_config["max.in.flight.requests.per.connection"] == "1000000"
+    assert spec.client_config["max.in.flight.requests.per.connection"] == "5"  # the default, untouched
+    jepsen = _spec("--client-config", "enable.idempotence=false")
+    assert jepsen.client_config["max.in.flight.requests.per.connection"] == "1000000"
+
+
+def test_the_default_producer_is_idempotent_as_kafkas_since_3_0_and_librdkafka_accepts_it():
+    from confluent_kafka import Producer
+
+    from workloads.clients.confluent import producer_config
+
     plain = _spec()
-    assert plain.client_config["max.in.flight.requests.per.connection"] == "1000000"
+    assert (plain.client_config["acks"], plain.client_config["enable.idempotence"]) == ("all", "true")
+    assert plain.client_config["max.in.flight.requests.per.connection"] == "5"
+    Producer(producer_config(dict(plain.client_config), "127.0.0.1:9")).flush(0)

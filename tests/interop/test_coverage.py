@@ -24,6 +24,7 @@ ELECT = "served; preferred election tested outside the matrix (tests/cluster/con
 TXN = "transactions: issue 14"
 UNADVERTISED = "ACL/SCRAM API not advertised: test_unadvertised_admin_calls_fail_cleanly"
 LOCAL = "client-local (no request of its own, or only configuration)"
+CG = "test_confluent_groups.py::"
 GROUP_H2 = "needs DeleteGroups/OffsetDelete (H2's part of issue 13): not covered here"
 
 COVERAGE: dict[type, dict[str, str]] = {
@@ -31,7 +32,9 @@ COVERAGE: dict[type, dict[str, str]] = {
         "list_topics": "test_metadata.py::test_confluent_producer_and_consumer_list_topics_without_a_topic",
         "produce": "test_partitions.py::test_confluent_create_partitions_then_produce_to_and_consume_from_the_new_one",
         "flush": "test_partitions.py::test_confluent_create_partitions_then_produce_to_and_consume_from_the_new_one",
-        "poll": NOT_YET, "produce_batch": NOT_YET, "purge": NOT_YET, "close": LOCAL, "cluster_id": NOT_YET,
+        "poll": CG + "test_confluent_admin_list_offsets_earliest_latest_and_by_timestamp",
+        "produce_batch": CG + "test_confluent_admin_list_offsets_earliest_latest_and_by_timestamp",
+        "purge": LOCAL, "close": LOCAL, "cluster_id": CG + "test_confluent_admin_describes_and_deletes_topics",
         "set_sasl_credentials": LOCAL,
         "abort_transaction": TXN, "begin_transaction": TXN, "commit_transaction": TXN, "init_transactions": TXN,
         "send_offsets_to_transaction": TXN,
@@ -42,9 +45,11 @@ COVERAGE: dict[type, dict[str, str]] = {
         "poll": "test_partitions.py::test_confluent_create_partitions_then_produce_to_and_consume_from_the_new_one",
         "close": LOCAL, "set_sasl_credentials": LOCAL, "consumer_group_metadata": LOCAL, "memberid": LOCAL,
         "store_offsets": LOCAL, "pause": LOCAL, "resume": LOCAL,
-        "assignment": NOT_YET, "commit": NOT_YET, "committed": NOT_YET, "consume": NOT_YET, "get_watermark_offsets": NOT_YET,
-        "incremental_assign": NOT_YET, "incremental_unassign": NOT_YET, "offsets_for_times": NOT_YET, "position": NOT_YET,
-        "seek": NOT_YET, "subscribe": NOT_YET, "unassign": NOT_YET, "unsubscribe": NOT_YET, "cluster_id": NOT_YET,
+        **{name: CG + "test_confluent_consumer_subscribes_consumes_commits_seeks_and_reads_positions"
+           for name in ("assignment", "commit", "committed", "consume", "get_watermark_offsets", "offsets_for_times", "position",
+                        "seek", "subscribe", "unsubscribe", "cluster_id")},
+        **{name: CG + "test_confluent_consumer_incremental_assign_and_unassign"
+           for name in ("incremental_assign", "incremental_unassign", "unassign")},
     },
     AdminClient: {
         "list_topics": "test_metadata.py::test_confluent_admin_list_topics_without_a_topic",
@@ -57,9 +62,13 @@ COVERAGE: dict[type, dict[str, str]] = {
         "alter_user_scram_credentials": UNADVERTISED, "describe_user_scram_credentials": UNADVERTISED,
         "delete_records": NOT_SERVED, "elect_leaders": ELECT, "describe_cluster": "test_cluster.py::test_confluent_describe_cluster",
         "delete_consumer_groups": GROUP_H2,
-        "delete_topics": NOT_YET, "describe_topics": NOT_YET, "describe_consumer_groups": NOT_YET, "list_consumer_groups": NOT_YET,
-        "list_groups": NOT_YET, "list_consumer_group_offsets": NOT_YET, "alter_consumer_group_offsets": NOT_YET,
-        "list_offsets": NOT_YET, "cluster_id": NOT_YET, "poll": LOCAL, "set_sasl_credentials": LOCAL,
+        "delete_topics": CG + "test_confluent_admin_describes_and_deletes_topics",
+        "describe_topics": CG + "test_confluent_admin_describes_and_deletes_topics",
+        **{name: CG + "test_confluent_admin_lists_describes_and_alters_group_offsets"
+           for name in ("describe_consumer_groups", "list_consumer_groups", "list_groups", "list_consumer_group_offsets",
+                        "alter_consumer_group_offsets")},
+        "list_offsets": CG + "test_confluent_admin_list_offsets_earliest_latest_and_by_timestamp",
+        "cluster_id": CG + "test_confluent_admin_describes_and_deletes_topics", "poll": LOCAL, "set_sasl_credentials": LOCAL,
     },
     KafkaProducer: {
         "abort_transaction": TXN, "begin_transaction": TXN, "commit_transaction": TXN, "init_transactions": TXN,

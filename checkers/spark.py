@@ -12,17 +12,24 @@ artifacts, native libraries) go to one private directory per process, removed wh
 process exits. Left in /tmp they outlived every run whose JVM was killed before its own
 shutdown hooks ran (a run inside its network namespace ends with the namespace's processes
 SIGKILLed). A process killed outright cannot clean up, so a new session first removes the
-scratch directories of processes that no longer exist.
+scratch directories whose owner is gone.
+
+Ownership is a lock, not a PID: the owner holds an exclusive flock on the directory's lock
+file for as long as it lives, and the kernel drops it when the process dies however it dies.
+A PID says nothing across PID namespaces (a fault run analyses inside its own, where a live
+process outside does not exist), so the old PID check deleted the scratch of live sessions
+and their Spark jobs failed with Py4J errors.
 """
 
 from __future__ import annotations
 
 import atexit
+import fcntl
 import os
-import re
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Mapping
 
@@ -58,29 +65,50 @@ def default_conf(*, cores: int | None = None, small: bool = True) -> dict[str, s
 
 
 SCRATCH_PREFIX = "logquake-spark-"
-_SCRATCH_NAME = re.compile(re.escape(SCRATCH_PREFIX) + r"(\d+)-")
+LOCK_NAME = ".owner.lock"
+# A directory without a lock file is either being made (the lock follows within
+# microseconds) or was left by a version that owned scratch by PID: only the latter is old.
+UNLOCKED_GRACE_S = 3600
 _scratch: Path | None = None
+_owner_lock_fd: int | None = None
 
 
-def _pid_alive(pid: int) -> bool:
+def _owner_gone(path: Path) -> bool:
+    lock = path / LOCK_NAME
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
+        fd = os.open(lock, os.O_RDWR)
+    except FileNotFoundError:
+        try:
+            return time.time() - path.stat().st_mtime > UNLOCKED_GRACE_S
+        except FileNotFoundError:
+            return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False  # its owner is alive, in whatever PID namespace
+    finally:
+        os.close(fd)  # also releases the lock if we got it
     return True
 
 
 def remove_orphaned_scratch(parent: Path) -> list[Path]:
-    """Remove scratch directories under `parent` whose process is gone; returns them."""
+    """Remove scratch directories under `parent` whose owner is gone; returns them."""
     removed = []
     for path in parent.glob(SCRATCH_PREFIX + "*"):
-        match = _SCRATCH_NAME.match(path.name)
-        if match and path.is_dir() and not _pid_alive(int(match.group(1))):
+        if path.is_dir() and path != _scratch and _owner_gone(path):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed
+
+
+def claim_scratch(parent: Path) -> Path:
+    """A new scratch directory under `parent`, owned (locked) by this process until it exits."""
+    global _owner_lock_fd
+    path = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", dir=parent))
+    fd = os.open(path / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)  # not inherited by children
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    _owner_lock_fd = fd
+    return path
 
 
 def scratch_dir() -> Path:
@@ -89,7 +117,7 @@ def scratch_dir() -> Path:
     if _scratch is None:
         parent = Path(tempfile.gettempdir())
         remove_orphaned_scratch(parent)
-        _scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", dir=parent))
+        _scratch = claim_scratch(parent)
         atexit.register(_remove_scratch, _scratch)
     return _scratch
 

@@ -133,3 +133,18 @@ def test_kafka_python_alter_configs(interop_cluster, names) -> None:
         admin.close()
     confluent = AdminClient({"bootstrap.servers": interop_cluster.bootstrap_servers})
     _eventually(lambda: _describe(confluent, topic)["min.insync.replicas"] == ("2", ConfigSource.DYNAMIC_TOPIC_CONFIG.value), "the change is visible")
+
+
+def test_kafka_python_reset_configs_returns_a_topic_config_to_its_default(interop_cluster, names) -> None:
+    topic = f"{names}-t"
+    _create(interop_cluster, topic)
+    confluent = AdminClient({"bootstrap.servers": interop_cluster.bootstrap_servers})
+    admin = KafkaAdminClient(bootstrap_servers=interop_cluster.bootstrap_servers, request_timeout_ms=TIMEOUT_S * 1000)
+    try:
+        admin.alter_configs([KPConfigResource(ConfigResourceType.TOPIC, topic, configs={"retention.ms": "7200000"})])
+        _eventually(lambda: _describe(confluent, topic)["retention.ms"] == ("7200000", ConfigSource.DYNAMIC_TOPIC_CONFIG.value), "the change is visible")
+        admin.reset_configs([KPConfigResource(ConfigResourceType.TOPIC, topic, configs=["retention.ms"])])
+    finally:
+        admin.close()
+    _eventually(lambda: (lambda value, source: value != "7200000" and source != ConfigSource.DYNAMIC_TOPIC_CONFIG.value)(
+        *_describe(confluent, topic)["retention.ms"]), "the reset is visible")

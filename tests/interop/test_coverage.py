@@ -25,6 +25,7 @@ TXN = "transactions: issue 14"
 UNADVERTISED = "ACL/SCRAM API not advertised: test_unadvertised_admin_calls_fail_cleanly"
 LOCAL = "client-local (no request of its own, or only configuration)"
 CG = "test_confluent_groups.py::"
+KG = "test_kafka_python_groups.py::"
 GROUP_H2 = "needs DeleteGroups/OffsetDelete (H2's part of issue 13): not covered here"
 
 COVERAGE: dict[type, dict[str, str]] = {
@@ -73,16 +74,19 @@ COVERAGE: dict[type, dict[str, str]] = {
     KafkaProducer: {
         "abort_transaction": TXN, "begin_transaction": TXN, "commit_transaction": TXN, "init_transactions": TXN,
         "send_offsets_to_transaction": TXN, "bootstrap_connected": LOCAL, "close": LOCAL, "metrics": LOCAL,
-        "max_usable_produce_magic": LOCAL, "flush": NOT_YET, "partitions_for": NOT_YET, "send": NOT_YET,
+        "max_usable_produce_magic": LOCAL,
+        **{name: KG + "test_kafka_python_admin_groups_and_offsets" for name in ("flush", "partitions_for", "send")},
     },
     KafkaConsumer: {
         "topics": "test_metadata.py::test_kafka_python_list_and_describe_topics",
         "partitions_for_topic": "test_metadata.py::test_kafka_python_list_and_describe_topics",
         "close": LOCAL, "metrics": LOCAL, "bootstrap_connected": LOCAL, "pause": LOCAL, "paused": LOCAL, "resume": LOCAL,
         "subscription": LOCAL, "group_metadata": LOCAL, "highwater": LOCAL,
-        **{name: NOT_YET for name in ("assign", "assignment", "beginning_offsets", "bootstrap", "commit", "commit_async", "committed",
-                                      "end_offsets", "offsets_for_times", "poll", "position", "seek", "seek_to_beginning",
-                                      "seek_to_end", "subscribe", "unsubscribe")},
+        **{name: KG + "test_kafka_python_assigned_consumer_seeks_and_reads_offsets"
+           for name in ("assign", "assignment", "beginning_offsets", "bootstrap", "end_offsets", "offsets_for_times", "poll",
+                        "position", "seek", "seek_to_beginning", "seek_to_end")},
+        **{name: KG + "test_kafka_python_admin_groups_and_offsets"
+           for name in ("commit", "commit_async", "committed", "subscribe", "unsubscribe")},
     },
     KafkaAdminClient: {
         "list_topics": "test_metadata.py::test_kafka_python_list_and_describe_topics",
@@ -100,9 +104,11 @@ COVERAGE: dict[type, dict[str, str]] = {
            for name in ("alter_partition_reassignments", "list_partition_reassignments", "alter_replica_log_dirs", "describe_log_dirs",
                         "describe_metadata_quorum", "describe_features", "update_features", "list_config_resources",
                         "describe_topic_partitions")},
-        **{name: NOT_YET for name in ("create_topics", "delete_topics", "describe_groups", "list_groups", "list_group_offsets",
-                                      "alter_group_offsets", "reset_group_offsets", "remove_group_members", "list_partition_offsets",
-                                      "reset_configs", "wait_for_topics")},
+        **{name: KG + "test_kafka_python_admin_groups_and_offsets"
+           for name in ("create_topics", "delete_topics", "describe_groups", "list_groups", "list_group_offsets",
+                        "alter_group_offsets", "reset_group_offsets", "list_partition_offsets", "wait_for_topics")},
+        "remove_group_members": "LeaveGroup v3+ by group.instance.id: static membership is H2's part of issue 13; not covered here",
+        "reset_configs": "test_configs.py::test_kafka_python_reset_configs_returns_a_topic_config_to_its_default",
     },
     AIOKafkaProducer: {
         "start": "test_aiokafka.py::test_aiokafka_produce_and_group_consume_with_commit",

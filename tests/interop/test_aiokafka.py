@@ -84,3 +84,75 @@ def test_aiokafka_produce_and_group_consume_with_commit(interop_cluster, names) 
     values, committed, ends = _run(scenario())
     assert sorted(values) == list(range(count))
     assert committed == ends and sum(ends.values()) == count
+
+
+BASE_TIMESTAMP_MS = 1_700_000_000_000
+
+
+def test_aiokafka_consumer_seeks_and_admin_lists_groups_offsets_and_deletes_the_topic(interop_cluster, names) -> None:
+    from aiokafka.structs import TopicPartition
+
+    topic, group = f"{names}-t", f"{names}-g"
+    tp = TopicPartition(topic, 0)
+
+    async def scenario():
+        admin = AIOKafkaAdminClient(bootstrap_servers=interop_cluster.bootstrap_servers, request_timeout_ms=TIMEOUT_S * 1000)
+        await admin.start()
+        try:
+            await admin.create_topics([NewTopic(topic, 1, min(3, len(interop_cluster.brokers)))])
+            producer = AIOKafkaProducer(bootstrap_servers=interop_cluster.bootstrap_servers, acks="all")
+            await producer.start()
+            try:
+                assert await producer.partitions_for(topic) == {0}
+                # One batch per record: the broker answers ListOffsets by timestamp per batch.
+                for i in range(3):
+                    await (await producer.send(topic, f"v{i}".encode(), partition=0, timestamp_ms=BASE_TIMESTAMP_MS + 1000 * i))
+                batch = producer.create_batch()
+                batch.append(key=None, value=b"v3", timestamp=BASE_TIMESTAMP_MS + 3000)
+                await (await producer.send_batch(batch, topic, partition=0))
+                await producer.flush()
+            finally:
+                await producer.stop()
+            consumer = AIOKafkaConsumer(bootstrap_servers=interop_cluster.bootstrap_servers, group_id=group, enable_auto_commit=False)
+            await consumer.start()
+            try:
+                assert topic in await consumer.topics()
+                consumer.assign([tp])
+                assert await consumer.beginning_offsets([tp]) == {tp: 0}
+                # The assignment brought the topic into the consumer's metadata cache.
+                assert consumer.partitions_for_topic(topic) == {0}
+                by_time = (await consumer.offsets_for_times({tp: BASE_TIMESTAMP_MS + 1500}))[tp].offset
+                await consumer.seek_to_end(tp)
+                end = await consumer.position(tp)
+                await consumer.seek_to_beginning(tp)
+                first = await consumer.getone()
+                consumer.seek(tp, 3)
+                fourth = await consumer.getone()
+                await consumer.commit({tp: 2})
+                await consumer.seek_to_committed(tp)
+                after_committed = await consumer.position(tp)
+                consumer.unsubscribe()
+            finally:
+                await consumer.stop()
+            coordinator = await admin.find_coordinator(group)
+            groups = await admin.list_consumer_groups()
+            described = await admin.describe_consumer_groups([group])
+            offsets = await admin.list_consumer_group_offsets(group)
+            await admin.delete_topics([topic])
+            for _ in range(100):
+                if topic not in await admin.list_topics():
+                    break
+                await asyncio.sleep(0.05)
+            remaining = await admin.list_topics()
+            return by_time, end, first, fourth, after_committed, coordinator, groups, described, offsets, remaining
+        finally:
+            await admin.close()
+
+    by_time, end, first, fourth, after_committed, coordinator, groups, described, offsets, remaining = _run(scenario())
+    assert (by_time, end, after_committed) == (2, 4, 2)
+    assert (first.offset, first.value, fourth.offset, fourth.value) == (0, b"v0", 3, b"v3")
+    assert coordinator in {b.broker_id for b in interop_cluster.brokers}
+    assert group in {g[0] for g in groups}
+    assert group in str(described)
+    assert {p: o.offset for p, o in offsets.items()} == {tp: 2}
+    assert topic not in remaining

@@ -18,7 +18,6 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient, ResourcePatternType, ResourceType
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 
-NOT_YET = "not covered yet by the matrix (issue 13 is open for it)"
 NOT_SERVED = "API not served yet (DeleteRecords): not covered"
 ELECT = "served; preferred election tested outside the matrix (tests/cluster/controller/test_elect_leaders.py)"
 TXN = "transactions: issue 14"
@@ -26,6 +25,7 @@ UNADVERTISED = "ACL/SCRAM API not advertised: test_unadvertised_admin_calls_fail
 LOCAL = "client-local (no request of its own, or only configuration)"
 CG = "test_confluent_groups.py::"
 KG = "test_kafka_python_groups.py::"
+AIO = "test_aiokafka.py::test_aiokafka_consumer_seeks_and_admin_lists_groups_offsets_and_deletes_the_topic"
 GROUP_H2 = "needs DeleteGroups/OffsetDelete (H2's part of issue 13): not covered here"
 
 COVERAGE: dict[type, dict[str, str]] = {
@@ -115,8 +115,8 @@ COVERAGE: dict[type, dict[str, str]] = {
         "send_and_wait": "test_aiokafka.py::test_aiokafka_produce_and_group_consume_with_commit",
         "stop": "test_aiokafka.py::test_aiokafka_produce_and_group_consume_with_commit",
         "abort_transaction": TXN, "begin_transaction": TXN, "commit_transaction": TXN, "send_offsets_to_transaction": TXN,
-        "transaction": TXN, "create_batch": LOCAL,
-        "flush": NOT_YET, "partitions_for": NOT_YET, "send": NOT_YET, "send_batch": NOT_YET,
+        "transaction": TXN,
+        **{name: AIO for name in ("create_batch", "flush", "partitions_for", "send", "send_batch")},
     },
     AIOKafkaConsumer: {
         "start": "test_aiokafka.py::test_aiokafka_produce_and_group_consume_with_commit",
@@ -129,8 +129,8 @@ COVERAGE: dict[type, dict[str, str]] = {
         "stop": "test_aiokafka.py::test_aiokafka_produce_and_group_consume_with_commit",
         "highwater": LOCAL, "last_poll_timestamp": LOCAL, "last_stable_offset": LOCAL, "pause": LOCAL, "paused": LOCAL,
         "resume": LOCAL, "subscription": LOCAL,
-        **{name: NOT_YET for name in ("assign", "beginning_offsets", "getone", "offsets_for_times", "partitions_for_topic", "position",
-                                      "seek", "seek_to_beginning", "seek_to_committed", "seek_to_end", "topics", "unsubscribe")},
+        **{name: AIO for name in ("assign", "beginning_offsets", "getone", "offsets_for_times", "partitions_for_topic", "position",
+                                  "seek", "seek_to_beginning", "seek_to_committed", "seek_to_end", "topics", "unsubscribe")},
     },
     AIOKafkaAdminClient: {
         "start": "test_aiokafka.py::test_aiokafka_admin_creates_lists_describes_and_alters_a_topic",
@@ -142,8 +142,8 @@ COVERAGE: dict[type, dict[str, str]] = {
         "describe_configs": "test_aiokafka.py::test_aiokafka_admin_creates_lists_describes_and_alters_a_topic",
         "create_partitions": "test_partitions.py::test_aiokafka_create_partitions",
         "delete_records": NOT_SERVED, "describe_cluster": "test_cluster.py::test_aiokafka_describe_cluster",
-        **{name: NOT_YET for name in ("delete_topics", "describe_consumer_groups", "find_coordinator", "list_consumer_group_offsets",
-                                      "list_consumer_groups")},
+        **{name: AIO for name in ("delete_topics", "describe_consumer_groups", "find_coordinator", "list_consumer_group_offsets",
+                                  "list_consumer_groups")},
     },
 }
 

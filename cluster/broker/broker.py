@@ -19,7 +19,7 @@ from typing import Any
 from kio.index import EntityType
 from kio.schema.errors import ErrorCode
 
-from cluster.broker import admin_api, config_api, fetch, group_api, produce, topic_api
+from cluster.broker import admin_api, config_api, delete_records_api, fetch, group_api, produce, topic_api
 from cluster.broker.controller_client import ControllerClient
 from cluster.broker.env import ClientInfo, Clock, Endpoint, Outbound, Reply, Response, Rng, Scheduler, TimerHandle
 from cluster.broker.groups import Group, GroupCoordinator, OffsetToCommit
@@ -116,6 +116,7 @@ class Broker:
             ApiKey.INCREMENTAL_ALTER_CONFIGS: lambda r, c, reply: config_api.handle_alter_configs(self, r, reply),
             ApiKey.CREATE_PARTITIONS: lambda r, c, reply: admin_api.handle_create_partitions(self, r, reply),
             ApiKey.ELECT_LEADERS: lambda r, c, reply: admin_api.handle_elect_leaders(self, r, reply),
+            ApiKey.DELETE_RECORDS: lambda r, c, reply: delete_records_api.handle_delete_records(self, r, reply),
         }
 
     # ---- lifecycle ---------------------------------------------------------------------
@@ -249,18 +250,14 @@ class Broker:
             log.warning("InitProducerId for transactional id %r refused: transactions are not supported yet", body.transactional_id)
             reply(self.respond(request, build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.invalid_request, producer_id=-1, producer_epoch=-1)))
             return
-        producer_id = getattr(body, "producer_id", -1)
-        producer_epoch = getattr(body, "producer_epoch", -1)
 
         def answer(new_id: int, new_epoch: int, error: ErrorCode = ErrorCode.none) -> None:
             reply(self.respond(request, build(cls, throttle_time=NO_THROTTLE, error_code=error, producer_id=new_id, producer_epoch=new_epoch)))
 
-        if producer_id >= 0 and 0 <= producer_epoch < 32766:
-            # KIP-360: an idempotent producer recovering from an unknown outcome bumps its
-            # epoch and restarts its sequences at 0.
-            answer(producer_id, producer_epoch + 1)
-            return
-
+        # Without a transactional id Kafka's coordinator ignores the producer id and epoch a
+        # client sends (KIP-360's bump is for transactional ids) and always hands out a fresh
+        # id at epoch 0; bumping the old id's epoch here would let two producers that both
+        # recovered from the same id share it.
         def allocated(new_id: int | None, error: str | None) -> None:
             if new_id is None:
                 log.info("InitProducerId: no producer id from the controller (%s)", error)

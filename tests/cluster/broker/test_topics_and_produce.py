@@ -82,6 +82,21 @@ def test_find_coordinator_creates_the_offsets_topic_then_names_this_broker() -> 
     assert (transactional.error_code, transactional.node_id) == (ErrorCode.coordinator_not_available, -1)
 
 
+def test_produce_is_refused_for_kafkas_internal_topics_only() -> None:
+    """As Kafka: a client append to __consumer_offsets is INVALID_TOPIC_EXCEPTION, while a
+    user topic whose name starts with "__" is an ordinary topic (auto-created, written)."""
+    driver = CoreDriver()
+    driver.await_coordinator()
+    refused = produce(driver, "__consumer_offsets", 0, batch([b"forged"]))
+    assert refused.error_code is ErrorCode.invalid_topic_exception
+    assert driver.broker.partition("__consumer_offsets", 0).log_end_offset == 0
+    assert metadata(driver, ["__user"], auto_create=True).topics[0].error_code is ErrorCode.leader_not_available
+    driver.run_until(lambda: metadata(driver, ["__user"], auto_create=False).topics[0].error_code is ErrorCode.none, 5000, "__user created")
+    written = produce(driver, "__user", 0, batch([b"a", b"b"]))
+    assert (written.error_code, written.base_offset) == (ErrorCode.none, 0)
+    assert driver.broker.partition("__user", 0).log_end_offset == 2
+
+
 def test_offsets_topic_replication_beyond_the_live_brokers_leaves_no_coordinator() -> None:
     driver = CoreDriver({"offsets.topic.replication.factor": "3"})
     for _ in range(5):
@@ -151,12 +166,24 @@ def test_idempotent_producer_sequence_rules() -> None:
     duplicate = produce(driver, "t", 0, batch([b"a", b"b"], pid, epoch, 0))
     assert (duplicate.error_code, duplicate.base_offset) == (ErrorCode.none, 0)
     assert produce(driver, "t", 0, batch([b"e"], pid, epoch, 5)).error_code is ErrorCode.out_of_order_sequence_number
-    bumped = init_producer_id(driver, pid, epoch)
-    assert (bumped.producer_id, bumped.producer_epoch) == (pid, epoch + 1)
+    # A higher epoch (as a transactional coordinator's bump would give) restarts sequences at 0.
     assert produce(driver, "t", 0, batch([b"f"], pid, epoch + 1, 0)).error_code is ErrorCode.none
     assert produce(driver, "t", 0, batch([b"g"], pid, epoch, 3)).error_code is ErrorCode.invalid_producer_epoch
     assert produce(driver, "t", 0, batch([b"h"], pid + 1000, 0, 7)).error_code is ErrorCode.unknown_producer_id
     assert produce(driver, "t", 0, batch([b"i"], pid, epoch + 1, 5)).error_code is ErrorCode.out_of_order_sequence_number
+
+
+def test_init_producer_id_without_transactional_id_always_gives_a_new_id() -> None:
+    """Kafka's coordinator ignores the id and epoch a non-transactional producer sends (as
+    librdkafka does after an unknown outcome, KIP-360) and allocates a fresh id at epoch 0."""
+    driver = CoreDriver()
+    first = init_producer_id(driver)
+    assert (first.error_code, first.producer_epoch) == (ErrorCode.none, 0)
+    again = init_producer_id(driver, first.producer_id, first.producer_epoch)
+    assert again.error_code is ErrorCode.none
+    assert again.producer_id != first.producer_id and again.producer_epoch == 0
+    third = init_producer_id(driver, again.producer_id, 5, version=3)
+    assert third.producer_id not in (first.producer_id, again.producer_id) and third.producer_epoch == 0
 
 
 def test_deduplication_survives_restart_and_crash() -> None:

@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 from cluster.broker.env import Reply, Response, TimerHandle
 from cluster.broker.partition import Partition
 from cluster.broker.producer_state import Duplicate, Reject
+from cluster.broker.topics import INTERNAL_TOPICS
 from cluster.protocol.codec import Request
 from cluster.protocol.produce_response import ProducePartitionResult, ProduceTopicResult, encode_produce_response
 from cluster.storage.batch import InvalidBatchError, split_batches
@@ -95,8 +96,9 @@ def _produce_partition(broker: Broker, topic: str, index: int, records: bytes | 
     partition = broker.partition(topic, index)
     if partition is None:
         return ProducePartitionResult(index, ErrorCode.unknown_topic_or_partition.value), None, 0
-    if partition.tp.topic.startswith("__"):
-        return ProducePartitionResult(index, ErrorCode.invalid_topic_exception.value, error_message=f"{topic} is an internal topic"), None, 0
+    if partition.tp.topic in INTERNAL_TOPICS:
+        # As Kafka's ReplicaManager: clients may not append to internal topics.
+        return ProducePartitionResult(index, ErrorCode.invalid_topic_exception.value, error_message=f"Cannot append to internal topic {topic}"), None, 0
     not_leader = partition.leader_error()
     if not_leader is not None:
         return ProducePartitionResult(index, not_leader.value), None, 0

@@ -15,7 +15,7 @@ from kio.index import EntityType
 from kio.schema.errors import ErrorCode
 
 from cluster.broker.env import Reply, Response
-from cluster.broker.topics import InvalidTopicError, check_topic_name
+from cluster.broker.topics import INTERNAL_TOPICS, InvalidTopicError, check_topic_name
 from cluster.protocol.codec import Request, build, payload_class, request_class, response_class
 from cluster.protocol.versions import ApiKey
 
@@ -62,7 +62,7 @@ def handle_metadata(broker: Broker, request: Request, reply: Reply) -> None:
             error = ErrorCode.unknown_topic_or_partition
             try:
                 check_topic_name(name)
-                if allow_auto_create and not name.startswith("__") and broker.controller_client.registered:
+                if allow_auto_create and name not in INTERNAL_TOPICS and broker.controller_client.registered:
                     # The last attempt's refusal (say RF above the live brokers) is reported
                     # once; the next request tries again.
                     failed = broker.auto_create_failures.pop(name, None)

@@ -9,7 +9,9 @@ import uuid
 from cluster.broker.env import Rng
 
 OFFSETS_TOPIC = "__consumer_offsets"
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+# Kafka's Topic.isInternal: only these two; other "__"-prefixed names are ordinary user topics.
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 _LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
 

@@ -1,0 +1,72 @@
+"""Kafka's producer-side rules as confluent-kafka meets them, on one and three brokers: an
+idempotent producer gets its own producer id (InitProducerId without a transactional id) and
+writes each record once, in order; a user topic named "__..." is an ordinary topic, while
+appends to Kafka's internal topics are refused."""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+TIMEOUT_S = 15
+
+
+def _read_all(cluster, topic: str, expected: int) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": f"{topic}-reader", "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        values: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(values) < expected and time.monotonic() < deadline:
+            values += [m.value() for m in consumer.consume(expected, 1.0) if m.error() is None]
+        return values
+    finally:
+        consumer.close()
+
+
+def _produce(cluster, topic: str, values: list[bytes], **config) -> list[object]:
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", **config})
+    errors: list[object] = []
+    for value in values:
+        producer.produce(topic, value, partition=0, on_delivery=lambda err, msg: errors.append(err))
+        producer.poll(0)
+    assert producer.flush(TIMEOUT_S) == 0
+    return errors
+
+
+def test_idempotent_confluent_producers_write_each_record_once_in_order(interop_cluster, names) -> None:
+    topic = f"{names}-t"
+    admin = AdminClient({"bootstrap.servers": interop_cluster.bootstrap_servers})
+    admin.create_topics([NewTopic(topic, 1, min(3, len(interop_cluster.brokers)))], operation_timeout=TIMEOUT_S)[topic].result(TIMEOUT_S)
+    first = [f"a{i}".encode() for i in range(200)]
+    second = [f"b{i}".encode() for i in range(200)]
+    config = {"enable.idempotence": True, "max.in.flight.requests.per.connection": 5, "linger.ms": 1, "batch.num.messages": 7}
+    assert _produce(interop_cluster, topic, first, **config) == [None] * len(first)
+    assert _produce(interop_cluster, topic, second, **config) == [None] * len(second)
+    assert _read_all(interop_cluster, topic, 400) == first + second
+
+
+def test_a_double_underscore_user_topic_is_created_written_and_read(interop_cluster, names) -> None:
+    topic = f"__{names}"
+    admin = AdminClient({"bootstrap.servers": interop_cluster.bootstrap_servers})
+    admin.create_topics([NewTopic(topic, 1, min(3, len(interop_cluster.brokers)))], operation_timeout=TIMEOUT_S)[topic].result(TIMEOUT_S)
+    values = [f"v{i}".encode() for i in range(20)]
+    assert _produce(interop_cluster, topic, values) == [None] * len(values)
+    assert _read_all(interop_cluster, topic, len(values)) == values
+
+
+def test_producing_to_the_offsets_topic_is_an_invalid_topic_error(interop_cluster, names) -> None:
+    # A group commit makes the coordinator create __consumer_offsets first.
+    consumer = Consumer({"bootstrap.servers": interop_cluster.bootstrap_servers, "group.id": f"{names}-g"})
+    try:
+        topic = f"{names}-t"
+        admin = AdminClient({"bootstrap.servers": interop_cluster.bootstrap_servers})
+        admin.create_topics([NewTopic(topic, 1, 1)], operation_timeout=TIMEOUT_S)[topic].result(TIMEOUT_S)
+        consumer.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+    finally:
+        consumer.close()
+    errors = _produce(interop_cluster, "__consumer_offsets", [b"forged"], **{"message.send.max.retries": 0})
+    assert len(errors) == 1 and isinstance(errors[0], KafkaError)
+    assert errors[0].code() == KafkaError.TOPIC_EXCEPTION, errors[0]

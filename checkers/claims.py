@@ -1,8 +1,11 @@
 """Which claims a run's configuration makes, and which anomalies each claim forbids.
 
 `ClaimInputs` is the plain, typed slice of spec.json the checkers need (they never import
-the harness's RunSpec). `claims_for` turns it into the claims under test; `classify` decides
-for one anomaly type whether it is allowed, and which made claims it violates.
+the harness's RunSpec), plus the fault kinds the run's history shows ran. `claims_for` turns
+it into the claims under test; `classify` decides for one anomaly type whether it is
+allowed, and which made claims it violates. Fail closed: an anomaly is allowed only where a
+documented Kafka rule says it can happen under this configuration and these faults
+(`loss_allowance`; README "Claims").
 
 Jepsen's allowed-error-types are kept on top: int-send-skip and G0 are always allowed
 (Kafka transactions do not isolate writes); with subscribe, rebalances legally cause
@@ -11,7 +14,7 @@ external poll skips and rewinds; with ww-deps, G1c is expected.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from checkers.result import Claim
@@ -44,6 +47,15 @@ class ClaimInputs:
     commit_mode: str | None = None  # at-most-once | at-least-once (delivery workload)
     sub_via: tuple[str, ...] = ("assign",)
     ww_deps: bool = True
+    # log.crash.lose.unflushed: a SIGKILLed broker also loses what it had not fsynced, as a
+    # machine crash would (by default SIGKILL keeps the page cache, as on Linux).
+    lose_unflushed_on_crash: bool = False
+    # Unsafe switches that reproduce Kafka bugs (replica.truncate.to.high.watermark,
+    # fetch.read.past.high.watermark): named in reasons, never an allowance.
+    bug_switches: tuple[str, ...] = ()
+    # Fault kinds that actually ran (the `start-<kind>` nemesis ops of the history, collected
+    # by harness/history_parquet.py). Empty until the history is read: nothing is excused.
+    faults: frozenset[str] = frozenset()
 
     @classmethod
     def from_spec_json(cls, spec: Mapping[str, Any]) -> "ClaimInputs":
@@ -90,13 +102,20 @@ class ClaimInputs:
         for s in sub_via:
             if s not in ("assign", "subscribe"):
                 raise ClaimInputError(f"workload_options.sub_via: {s!r} must be assign or subscribe")
+        # The workloads create their topics with replication_factor, min(3, brokers) by default
+        # (workloads/queue.py, delivery.py); default.replication.factor only governs topics
+        # the broker auto-creates.
+        brokers = int_setting(spec, "brokers", 3)
+        replication_factor = int_setting(options, "replication_factor", min(3, brokers))
+        if replication_factor < 1:
+            raise ClaimInputError(f"replication_factor: {replication_factor} must be at least 1")
+        bug_switches = tuple(name for name in BUG_SWITCHES if _truthy(cluster.get(name), False))
         return cls(
             workload=workload,
             acks=acks,
             min_insync_replicas=int_setting(cluster, "min.insync.replicas", 1),
             unclean_leader_election=_truthy(cluster.get("unclean.leader.election.enable"), False),
-            replication_factor=int_setting(cluster, "default.replication.factor",
-                                           int_setting(options, "replication_factor", 1)),
+            replication_factor=replication_factor,
             idempotence=_truthy(client.get("enable.idempotence"), False) or txn,
             transactional=txn,
             isolation_level=str(client.get("isolation.level", "read_committed")),
@@ -104,6 +123,8 @@ class ClaimInputs:
             commit_mode=commit_mode,
             sub_via=sub_via,
             ww_deps=bool(options.get("ww_deps", True)),
+            lose_unflushed_on_crash=_truthy(cluster.get("log.crash.lose.unflushed"), False),
+            bug_switches=bug_switches,
         )
 
 
@@ -120,19 +141,64 @@ COMMITS_MONOTONIC = "committed-offsets-monotonic"
 
 
 def acked_writes_durable(inputs: ClaimInputs) -> bool:
-    """The client asks for durability with acks=all against topics that need two in-sync
-    copies. Unclean leader election does not withdraw the claim: it is the system under test
-    breaking it (an unsafe switch), which is exactly what a run must catch. Without the claim
-    an acknowledged offset says nothing lasting about the log (the checks then take the
-    version order from polls alone)."""
+    """Whether an acknowledged send's offset is taken as evidence of the log when the version
+    order is built (frames.build_frames); a configuration-only switch, decided before the
+    history is read. Whether a lost write is allowed is `loss_allowance`'s business."""
     return inputs.acks == "all" and inputs.min_insync_replicas >= 2
 
 
+# Fault kinds (nemeses/: `start-<kind>` ops) that can move a partition's leadership: a
+# crashed, stalled, cut-off or clock-skewed leader is replaced. Unknown kinds excuse nothing.
+LEADERSHIP_FAULTS = frozenset({"kill", "pause", "partition", "clock", "brokers-down", "lone-leader-crash"})
+# Fault kinds that SIGKILL a broker (the scripted sequences kill leaders).
+KILL_FAULTS = frozenset({"kill", "brokers-down", "lone-leader-crash"})
+BUG_SWITCHES = ("replica.truncate.to.high.watermark", "fetch.read.past.high.watermark")
+
+
+def with_faults(inputs: ClaimInputs, faults: frozenset[str]) -> ClaimInputs:
+    """`inputs` plus the fault kinds the run's history shows ran (nemesis ops are not in
+    the Parquet history: harness/history_parquet.py collects them while converting)."""
+    return replace(inputs, faults=inputs.faults | frozenset(faults))
+
+
+def loss_allowance(inputs: ClaimInputs) -> str | None:
+    """The documented Kafka rule under which an acknowledged write may be lost in this run
+    (configuration and the faults that ran), or None: then a lost write is a bug. Fails
+    closed: what no rule below allows is bad. Sources: reference/kafka-reliability.md §1.1
+    (design.html §4.7, ProducerConfig's acks doc, KIP-966)."""
+    moved = sorted(inputs.faults & LEADERSHIP_FAULTS)
+    if not moved:
+        return None  # without a fault nothing replaces a leader: every acknowledged write stays
+    faults = ", ".join(moved)
+    if inputs.acks in ("0", "1"):
+        return (f"acks={inputs.acks} with faults that move leadership ({faults}): ProducerConfig's acks doc, "
+                "a record the leader acknowledged before its followers copied it is lost when the leader fails")
+    if inputs.unclean_leader_election:
+        return (f"unclean.leader.election.enable=true with faults ({faults}): design.html §4.7, an out-of-sync "
+                "replica may be elected and committed messages lost")
+    kills = sorted(inputs.faults & KILL_FAULTS)
+    if (inputs.lose_unflushed_on_crash and kills
+            and (inputs.min_insync_replicas <= 1 or inputs.replication_factor <= 1)):
+        # With min ISR n ≥ 2 a loss needs n simultaneous crashes of unflushed copies; the
+        # history does not tell how many kills overlapped, so that case stays bad.
+        return (f"log.crash.lose.unflushed=true, kills ({', '.join(kills)}), "
+                f"min.insync.replicas={inputs.min_insync_replicas}, replication factor {inputs.replication_factor}: "
+                "design.html §4.7 and KIP-966, a lone in-sync copy that crashes loses its unflushed tail")
+    return None
+
+
 def claims_for(inputs: ClaimInputs) -> list[Claim]:
-    durable = acked_writes_durable(inputs)
-    durable_reason = (f"acks={inputs.acks}, min.insync.replicas={inputs.min_insync_replicas}"
-                      + ("" if durable else " (needs acks=all and min.insync.replicas ≥ 2)")
-                      + ("; unclean.leader.election.enable=true on the cluster may break it" if inputs.unclean_leader_election else ""))
+    allowance = loss_allowance(inputs)
+    durable = allowance is None
+    ran = ", ".join(sorted(inputs.faults)) or "none"
+    durable_reason = (f"acks={inputs.acks}, min.insync.replicas={inputs.min_insync_replicas}, "
+                      f"replication factor {inputs.replication_factor}, "
+                      f"unclean.leader.election.enable={str(inputs.unclean_leader_election).lower()}, "
+                      f"log.crash.lose.unflushed={str(inputs.lose_unflushed_on_crash).lower()}, faults run: {ran}"
+                      + (f"; not claimed, {allowance}" if allowance else
+                         "; no documented Kafka rule allows losing an acknowledged write here")
+                      + (f"; {', '.join(inputs.bug_switches)} on: reproduces a Kafka bug, excuses nothing"
+                         if inputs.bug_switches else ""))
     read_committed = inputs.isolation_level == "read_committed"
     delivery = inputs.workload == "delivery"
     manual = not inputs.enable_auto_commit
@@ -140,7 +206,9 @@ def claims_for(inputs: ClaimInputs) -> list[Claim]:
         Claim(DURABLE, "every acknowledged write survives and is read by consumers that read past it",
               durable_reason, durable),
         Claim(ORDER, "each partition is one log read and written in offset order", "Kafka's per-partition order", True),
-        Claim(CONSISTENT, "each offset of a partition holds exactly one record", "Kafka's log model", True),
+        Claim(CONSISTENT, "each offset of a partition holds exactly one record",
+              "Kafka's log model" + ("" if durable else "; an offset may be reused after an allowed loss"),
+              durable),
         Claim(NO_DUPLICATES, "a value sent once appears at one offset only",
               f"enable.idempotence={str(inputs.idempotence).lower()}"
               + ("" if inputs.idempotence else " (retries may duplicate without idempotence)"), inputs.idempotence),

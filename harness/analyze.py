@@ -17,7 +17,7 @@ from typing import Any
 
 from harness import store
 from harness.history import HistoryFormatError
-from harness.history_parquet import convert_history
+from harness.history_parquet import convert_history, remove_other_runs
 
 EXIT_BAD_ARGUMENTS = 254
 HISTORY_JSONL = "history.jsonl"
@@ -59,7 +59,7 @@ def analyze_run(run_dir: str | Path, *, spark_master: str | None = None,
                 spark_conf: dict[str, str] | None = None, notes: list[str] | None = None):
     """Convert, check and write results.json; returns the CheckResult. Raises AnalyzeError or
     HistoryFormatError for bad inputs; a checker that fails makes the verdict unknown."""
-    from checkers.claims import ClaimInputError, ClaimInputs
+    from checkers.claims import ClaimInputError, ClaimInputs, with_faults
     from checkers.pipeline import check_run
     from checkers.spark import make_spark
 
@@ -77,7 +77,13 @@ def analyze_run(run_dir: str | Path, *, spark_master: str | None = None,
         inputs = ClaimInputs.from_spec_json(spec)
     except (json.JSONDecodeError, ClaimInputError) as exc:
         raise AnalyzeError(f"{spec_path}: {exc}") from None
-    stats = convert_history(history, run_path / HISTORY_PARQUET, run_id_for(run_path))
+    run_id = run_id_for(run_path)
+    # history.parquet/ is derived from history.jsonl and partitioned by run id, which comes
+    # from the directory's name: a copied or renamed run directory still holds the old name's
+    # partition, which must go or the check sees two runs.
+    remove_other_runs(run_path / HISTORY_PARQUET, run_id)
+    stats = convert_history(history, run_path / HISTORY_PARQUET, run_id)
+    inputs = with_faults(inputs, stats.faults)
     if notes is not None:
         if stats.torn_tail:
             notes.append(f"the last line of {history} was torn (an interrupted writer) and was skipped")
@@ -88,8 +94,27 @@ def analyze_run(run_dir: str | Path, *, spark_master: str | None = None,
     result.stats.setdefault("history_ops", stats.ops)
     result.stats.setdefault("torn_tail", stats.torn_tail)
     result.stats.setdefault("incomplete_ops", stats.incomplete_ops)
+    result.stats.setdefault("faults", sorted(stats.faults))
+    throughput = _throughput(history, run_path / RESULTS_JSON)
+    if throughput is not None:
+        result.stats["throughput"] = throughput
     result.save(run_path / RESULTS_JSON)
     return result
+
+
+def _throughput(history: Path, previous_results: Path) -> dict | None:
+    """Per-phase throughput (harness/report/phases.py) of the history, so a re-analysis keeps
+    what `logquake test` put in results.json; if it cannot be computed, the earlier figure."""
+    from harness.history import iter_history
+    from harness.report.phases import phase_throughput
+
+    try:
+        return phase_throughput(iter_history(history)).as_json()
+    except Exception:
+        try:
+            return json.loads(previous_results.read_text(encoding="utf-8"))["stats"]["throughput"]
+        except Exception:
+            return None
 
 
 def analyze(run_dir: str | Path, *, spark_master: str | None = None, spark_conf: dict[str, str] | None = None,

@@ -74,6 +74,9 @@ class ConversionStats:
     rows: int
     incomplete_ops: int  # invocations with no completion, recorded as info
     torn_tail: bool  # the last line was torn (an interrupted writer) and skipped
+    # Fault kinds that ran (`start-<kind>` nemesis ops; see `faults_that_ran`): the claims
+    # excuse some anomalies only after a fault (checkers/claims.py).
+    faults: frozenset[str] = frozenset()
 
 
 def iter_history_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, Op]]:
@@ -251,10 +254,15 @@ def history_tables(numbered_ops: Iterable[tuple[int, Op]], *, path: str | os.Pat
     """Pair invocations with completions and yield row groups of at most `row_group_rows` rows."""
     pending: dict[int, Op] = {}
     buf = _RowBuffer()
-    counts = {"ops": 0, "rows": 0, "incomplete_ops": 0, "lines": 0}
+    counts: dict[str, Any] = {"ops": 0, "rows": 0, "incomplete_ops": 0, "lines": 0}
+    nemesis_starts: dict[str, list[int]] = {}
     for number, op in numbered_ops:
         counts["lines"] += 1
         if op.process == NEMESIS:
+            # Left out of the table (not checked), but the claims need to know which faults ran.
+            if op.f.startswith("start-"):
+                clean_errored = nemesis_starts.setdefault(op.f[len("start-"):], [0, 0])
+                clean_errored[op.error is not None] += 1
             continue
         process = op.process
         assert isinstance(process, int)
@@ -291,6 +299,15 @@ def history_tables(numbered_ops: Iterable[tuple[int, Op]], *, path: str | os.Pat
         yield buf.table()
     if stats is not None:
         stats.update(counts)
+        stats["faults"] = faults_that_ran(nemesis_starts)
+
+
+def faults_that_ran(starts: dict[str, list[int]]) -> frozenset[str]:
+    """Fault kinds with a start op that did not fail outright. A start op is recorded twice
+    (invocation, then completion with the error if the action raised), so a kind ran when
+    its error-free records outnumber its failed ones: some start completed cleanly, or was
+    still under way when the history ended. A start that failed outright excuses nothing."""
+    return frozenset(kind for kind, (clean, errored) in starts.items() if clean > errored)
 
 
 def check_run_id(run_id: str) -> str:
@@ -320,6 +337,22 @@ def write_tables(tables: Iterable[pa.Table], out_dir: str | os.PathLike[str], ru
     return target
 
 
+def remove_other_runs(out_dir: str | os.PathLike[str], run_id: str) -> list[str]:
+    """Delete every `run=<id>` partition of `out_dir` but `run_id`'s; returns the ids removed.
+    A run directory's history.parquet/ holds its one run: a partition under another id is
+    left from the directory's former name (copied or renamed)."""
+    keep = f"run={check_run_id(run_id)}"
+    removed = []
+    root = Path(out_dir)
+    if not root.is_dir():
+        return removed
+    for child in sorted(root.iterdir()):
+        if child.name.startswith("run=") and child.name != keep and child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+            removed.append(child.name[len("run="):])
+    return removed
+
+
 def convert_history(history_path: str | os.PathLike[str], out_dir: str | os.PathLike[str], run_id: str,
                     *, row_group_rows: int = ROW_GROUP_ROWS) -> ConversionStats:
     """history.jsonl → `<out_dir>/run=<run_id>/part-00000.parquet`, streaming.
@@ -333,7 +366,7 @@ def convert_history(history_path: str | os.PathLike[str], out_dir: str | os.Path
                             row_group_rows=row_group_rows, stats=counts)
     write_tables(tables, out_dir, run_id)
     return ConversionStats(lines=counts["lines"], ops=counts["ops"], rows=counts["rows"],
-                           incomplete_ops=counts["incomplete_ops"], torn_tail=torn)
+                           incomplete_ops=counts["incomplete_ops"], torn_tail=torn, faults=counts["faults"])
 
 
 def _has_torn_tail(path: str | os.PathLike[str]) -> bool:

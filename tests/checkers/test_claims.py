@@ -4,27 +4,117 @@ from __future__ import annotations
 
 import pytest
 
-from checkers.claims import ClaimInputError, ClaimInputs, claims_for, classify
+from checkers.claims import (ClaimInputError, ClaimInputs, acked_writes_durable, claims_for, classify,
+                             loss_allowance, with_faults)
 
 
 def holds(inputs: ClaimInputs) -> dict[str, bool]:
     return {c.name: c.holds for c in claims_for(inputs)}
 
 
-def test_durability_needs_acks_all_and_min_isr_2():
+def test_durability_needs_acks_all_and_min_isr_2_for_the_version_order_only():
+    # acked_writes_durable only decides whether acknowledged offsets enter the version order;
+    # the claim itself follows loss_allowance (below).
     spec = {"workload": "queue", "client_config": {"acks": "-1"},
             "cluster_config": {"min.insync.replicas": "2", "unclean.leader.election.enable": "false"}}
-    assert holds(ClaimInputs.from_spec_json(spec))["acked-writes-durable"]
-    for change in ({"client_config": {"acks": "1"}},
-                   {"cluster_config": {"min.insync.replicas": "1"}}):
-        inputs = ClaimInputs.from_spec_json({**spec, **change})
-        assert not holds(inputs)["acked-writes-durable"]
-        allowed, violates = classify("lost-write", inputs, claims_for(inputs))
-        assert allowed and violates == []
+    assert acked_writes_durable(ClaimInputs.from_spec_json(spec))
+    for change in ({"client_config": {"acks": "1"}}, {"cluster_config": {"min.insync.replicas": "1"}}):
+        assert not acked_writes_durable(ClaimInputs.from_spec_json({**spec, **change}))
 
 
-def test_unclean_election_is_a_broken_promise_not_a_withdrawn_claim():
-    # The client still asked for durability; the unsafe cluster switch is what the run must catch.
+KILL, PAUSE, PARTITION, CLOCK = "kill", "pause", "partition", "clock"
+BROKERS_DOWN, LONE = "brokers-down", "lone-leader-crash"
+EVERY_FAULT = (KILL, PAUSE, PARTITION, CLOCK, BROKERS_DOWN, LONE)
+
+# (cluster/client settings, faults that ran, is a lost write allowed)
+LOSS_RULES = [
+    # acks=all, unclean election off, page cache kept: bad at any min ISR, any RF, any fault.
+    *[(dict(acks="all", min_isr=m, rf=r), {f}, False)
+      for m in (1, 2, 3) for r in (1, 2, 3) for f in EVERY_FAULT],
+    (dict(acks="all", min_isr=1, rf=3), set(EVERY_FAULT), False),
+    # log.crash.lose.unflushed: a kill of a lone in-sync copy (min ISR 1 or RF 1) may lose its tail.
+    *[(dict(acks="all", min_isr=1, rf=r, lose=True), {f}, True) for r in (1, 2, 3) for f in (KILL, BROKERS_DOWN, LONE)],
+    (dict(acks="all", min_isr=2, rf=1, lose=True), {KILL}, True),
+    # ... but not without a kill, nor with min ISR ≥ 2 on replicated topics (fail closed).
+    *[(dict(acks="all", min_isr=1, rf=3, lose=True), {f}, False) for f in (PAUSE, PARTITION, CLOCK)],
+    *[(dict(acks="all", min_isr=m, rf=3, lose=True), {KILL, BROKERS_DOWN, LONE}, False) for m in (2, 3)],
+    # acks=1 / acks=0: loss only once a fault moved leadership.
+    *[(dict(acks=a, min_isr=m), {f}, True) for a in ("0", "1") for m in (1, 2) for f in EVERY_FAULT],
+    *[(dict(acks=a, min_isr=m), set(), False) for a in ("0", "1") for m in (1, 2)],
+    # a fault kind the claims do not know excuses nothing.
+    (dict(acks="1"), {"disk-full"}, False),
+    # unclean leader election: loss allowed, only if a fault ran.
+    *[(dict(acks="all", min_isr=2, unclean=True), {f}, True) for f in EVERY_FAULT],
+    (dict(acks="all", min_isr=2, unclean=True), set(), False),
+    # the bug switches never allow anything.
+    *[(dict(acks="all", min_isr=m, bug=b), set(EVERY_FAULT), False)
+      for m in (1, 2) for b in ("replica.truncate.to.high.watermark", "fetch.read.past.high.watermark")],
+    (dict(acks="1", bug="fetch.read.past.high.watermark"), set(), False),
+]
+
+
+def spec_for(acks="all", min_isr=1, rf=3, lose=False, unclean=False, bug=None, idempotence=False, txn=False):
+    cluster = {"min.insync.replicas": str(min_isr), "unclean.leader.election.enable": str(unclean).lower(),
+               "log.crash.lose.unflushed": str(lose).lower()}
+    if bug:
+        cluster[bug] = "true"
+    client = {"acks": acks, "enable.idempotence": str(idempotence).lower()}
+    return {"workload": "queue", "brokers": 3, "client_config": client, "cluster_config": cluster,
+            "workload_options": {"replication_factor": rf, "txn": txn}}
+
+
+@pytest.mark.parametrize("settings, faults, allowed", LOSS_RULES,
+                         ids=[f"{'-'.join(f'{k}={v}' for k, v in s.items())}-{'+'.join(sorted(f)) or 'nofault'}"
+                              for s, f, _ in LOSS_RULES])
+def test_loss_rules(settings, faults, allowed):
+    inputs = with_faults(ClaimInputs.from_spec_json(spec_for(**settings)), frozenset(faults))
+    assert inputs.faults == frozenset(faults)
+    claims = claims_for(inputs)
+    made = {c.name: c for c in claims}
+    assert (loss_allowance(inputs) is not None) == allowed
+    assert made["acked-writes-durable"].holds == (not allowed)
+    expected = (True, []) if allowed else (False, ["acked-writes-durable"])
+    for name in ("lost-write", "unseen"):
+        assert classify(name, inputs, claims) == expected
+    # inconsistent-offsets: allowed exactly when the loss is (an offset reused after it).
+    assert classify("inconsistent-offsets", inputs, claims) == ((True, []) if allowed else (False, ["consistent-log"]))
+    # order anomalies keep Jepsen's rules whatever the loss rules say.
+    assert classify("nonmonotonic-send", inputs, claims) == (False, ["per-partition-order"])
+    assert classify("int-send-skip", inputs, claims) == (True, [])
+    reason = made["acked-writes-durable"].reason
+    if "bug" in settings:
+        assert settings["bug"] in reason and "excuses nothing" in reason
+
+
+@pytest.mark.parametrize("idempotence, txn, faults, allowed", [
+    (False, False, set(), True),
+    (False, False, {KILL}, True),
+    (True, False, set(), False),
+    (True, False, set(EVERY_FAULT), False),
+    (False, True, set(EVERY_FAULT), False),  # transactions imply idempotence
+])
+def test_duplicate_rules(idempotence, txn, faults, allowed):
+    inputs = with_faults(ClaimInputs.from_spec_json(spec_for(acks="1", idempotence=idempotence, txn=txn)),
+                         frozenset(faults))
+    claims = claims_for(inputs)
+    assert classify("duplicate", inputs, claims) == ((True, []) if allowed else (False, ["no-duplicates"]))
+
+
+def test_without_the_history_no_fault_ran():
+    # A spec alone (e.g. a check that failed before reading the history) excuses nothing.
+    inputs = ClaimInputs.from_spec_json(spec_for(acks="1", unclean=True, lose=True))
+    assert inputs.faults == frozenset() and loss_allowance(inputs) is None
+    assert with_faults(inputs, frozenset({"pause"})).faults == frozenset({"pause"})
+
+
+def test_replication_factor_is_the_workloads():
+    assert ClaimInputs.from_spec_json({"brokers": 1}).replication_factor == 1
+    assert ClaimInputs.from_spec_json({"brokers": 5}).replication_factor == 3
+    assert ClaimInputs.from_spec_json({}).replication_factor == 3
+    assert ClaimInputs.from_spec_json({"workload_options": {"replication_factor": 2}}).replication_factor == 2
+
+
+def test_unclean_election_is_a_broken_promise_without_faults():
     spec = {"workload": "queue", "client_config": {"acks": "all"},
             "cluster_config": {"min.insync.replicas": "2", "unclean.leader.election.enable": "true"}}
     inputs = ClaimInputs.from_spec_json(spec)
@@ -63,6 +153,9 @@ def test_jepsen_allowed_types():
 @pytest.mark.parametrize("spec, field", [
     ({"client_config": {"acks": "2"}}, "acks"),
     ({"cluster_config": {"min.insync.replicas": "two"}}, "min.insync.replicas"),
+    ({"workload_options": {"replication_factor": "x"}}, "replication_factor"),
+    ({"workload_options": {"replication_factor": 0}}, "replication_factor"),
+    ({"brokers": "many"}, "brokers"),
     ({"workload_options": {"commit_mode": "sometimes"}}, "commit_mode"),
     ({"workload_options": {"sub_via": ["poll"]}}, "sub_via"),
     ({"client_config": "acks=all"}, "client_config"),

@@ -28,7 +28,7 @@ MAY = {"none": set(), "lost": {"unseen", "poll-skip", "int-poll-skip"},
        "inconsistent": set(), "skip": {"poll-skip", "int-poll-skip"}, "backwards": set(), "aborted": set()}
 SAFE = ClaimInputs(acks="all", min_insync_replicas=2, idempotence=True)
 # acks=1: acknowledged writes may be lost, and the loss is all a run may report.
-ACKS_1 = ClaimInputs(acks="1", min_insync_replicas=2)
+ACKS_1 = ClaimInputs(acks="1", min_insync_replicas=2, faults=frozenset({"kill"}))  # a kill ran
 ACKS_1_INJECTIONS = ("none", "lost")
 
 

@@ -141,6 +141,12 @@ class ReplicaFetcher:
         if records:
             p.append_as_follower(records, now_ms)
         p.update_follower_high_watermark(int(answer.high_watermark))
+        # As Kafka's follower: the leader's log start (moved by DeleteRecords or retention)
+        # becomes ours, as far as our log reaches.
+        leader_start = min(int(answer.log_start_offset), p.log_end_offset)
+        if leader_start > p.log_start_offset:
+            p.log.delete_records_before(leader_start)
+            p.high_watermark = max(p.high_watermark, leader_start)
 
     def _truncate_diverging(self, p: Partition, leader_epoch: int, leader_end: int) -> None:
         """The leader says our log leaves its log after `leader_epoch`, which it ends at

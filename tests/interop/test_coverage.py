@@ -18,7 +18,6 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient, ResourcePatternType, ResourceType
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 
-NOT_SERVED = "API not served yet (DeleteRecords): not covered"
 ELECT = "served; preferred election tested outside the matrix (tests/cluster/controller/test_elect_leaders.py)"
 TXN = "transactions: issue 14"
 UNADVERTISED = "ACL/SCRAM API not advertised: test_unadvertised_admin_calls_fail_cleanly"
@@ -61,7 +60,8 @@ COVERAGE: dict[type, dict[str, str]] = {
         "create_partitions": "test_partitions.py::test_confluent_create_partitions_then_produce_to_and_consume_from_the_new_one",
         "create_acls": UNADVERTISED, "describe_acls": UNADVERTISED, "delete_acls": UNADVERTISED,
         "alter_user_scram_credentials": UNADVERTISED, "describe_user_scram_credentials": UNADVERTISED,
-        "delete_records": NOT_SERVED, "elect_leaders": ELECT, "describe_cluster": "test_cluster.py::test_confluent_describe_cluster",
+        "delete_records": "test_delete_records.py::test_confluent_delete_records_moves_the_log_start",
+        "elect_leaders": ELECT, "describe_cluster": "test_cluster.py::test_confluent_describe_cluster",
         "delete_consumer_groups": GROUP_H2,
         "delete_topics": CG + "test_confluent_admin_describes_and_deletes_topics",
         "describe_topics": CG + "test_confluent_admin_describes_and_deletes_topics",
@@ -98,7 +98,8 @@ COVERAGE: dict[type, dict[str, str]] = {
         "create_acls": UNADVERTISED, "delete_acls": UNADVERTISED, "describe_acls": UNADVERTISED,
         "alter_user_scram_credentials": UNADVERTISED, "describe_user_scram_credentials": UNADVERTISED,
         "abort_transaction": TXN, "describe_transactions": TXN, "find_hanging_transactions": TXN, "list_transactions": TXN,
-        "delete_records": NOT_SERVED, "elect_leaders": ELECT, "describe_cluster": "test_cluster.py::test_kafka_python_describe_cluster",
+        "delete_records": "test_delete_records.py::test_kafka_python_delete_records",
+        "elect_leaders": ELECT, "describe_cluster": "test_cluster.py::test_kafka_python_describe_cluster",
         "delete_groups": GROUP_H2, "delete_group_offsets": GROUP_H2, "describe_producers": GROUP_H2,
         **{name: "API not served (reassignment, log dirs, quorum, features, config listing): not covered"
            for name in ("alter_partition_reassignments", "list_partition_reassignments", "alter_replica_log_dirs", "describe_log_dirs",
@@ -141,7 +142,8 @@ COVERAGE: dict[type, dict[str, str]] = {
         "alter_configs": "test_aiokafka.py::test_aiokafka_admin_creates_lists_describes_and_alters_a_topic",
         "describe_configs": "test_aiokafka.py::test_aiokafka_admin_creates_lists_describes_and_alters_a_topic",
         "create_partitions": "test_partitions.py::test_aiokafka_create_partitions",
-        "delete_records": NOT_SERVED, "describe_cluster": "test_cluster.py::test_aiokafka_describe_cluster",
+        "delete_records": "test_delete_records.py::test_aiokafka_delete_records",
+        "describe_cluster": "test_cluster.py::test_aiokafka_describe_cluster",
         **{name: AIO for name in ("delete_topics", "describe_consumer_groups", "find_coordinator", "list_consumer_group_offsets",
                                   "list_consumer_groups")},
     },

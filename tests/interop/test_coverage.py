@@ -18,7 +18,6 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient, ResourcePatternType, ResourceType
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 
-ELECT = "served; preferred election tested outside the matrix (tests/cluster/controller/test_elect_leaders.py)"
 TXN = "transactions: issue 14"
 UNADVERTISED = "ACL/SCRAM API not advertised: test_unadvertised_admin_calls_fail_cleanly"
 LOCAL = "client-local (no request of its own, or only configuration)"
@@ -61,7 +60,8 @@ COVERAGE: dict[type, dict[str, str]] = {
         "create_acls": UNADVERTISED, "describe_acls": UNADVERTISED, "delete_acls": UNADVERTISED,
         "alter_user_scram_credentials": UNADVERTISED, "describe_user_scram_credentials": UNADVERTISED,
         "delete_records": "test_delete_records.py::test_confluent_delete_records_moves_the_log_start",
-        "elect_leaders": ELECT, "describe_cluster": "test_cluster.py::test_confluent_describe_cluster",
+        "elect_leaders": "test_elect_and_rebalance.py::test_confluent_elect_leaders_of_led_partitions_is_election_not_needed",
+        "describe_cluster": "test_cluster.py::test_confluent_describe_cluster",
         "delete_consumer_groups": GROUP_H2,
         "delete_topics": CG + "test_confluent_admin_describes_and_deletes_topics",
         "describe_topics": CG + "test_confluent_admin_describes_and_deletes_topics",
@@ -99,7 +99,8 @@ COVERAGE: dict[type, dict[str, str]] = {
         "alter_user_scram_credentials": UNADVERTISED, "describe_user_scram_credentials": UNADVERTISED,
         "abort_transaction": TXN, "describe_transactions": TXN, "find_hanging_transactions": TXN, "list_transactions": TXN,
         "delete_records": "test_delete_records.py::test_kafka_python_delete_records",
-        "elect_leaders": ELECT, "describe_cluster": "test_cluster.py::test_kafka_python_describe_cluster",
+        "elect_leaders": "test_elect_and_rebalance.py::test_kafka_python_elect_leaders",
+        "describe_cluster": "test_cluster.py::test_kafka_python_describe_cluster",
         "delete_groups": GROUP_H2, "delete_group_offsets": GROUP_H2, "describe_producers": GROUP_H2,
         **{name: "API not served (reassignment, log dirs, quorum, features, config listing): not covered"
            for name in ("alter_partition_reassignments", "list_partition_reassignments", "alter_replica_log_dirs", "describe_log_dirs",

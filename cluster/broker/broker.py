@@ -23,7 +23,7 @@ from cluster.broker import admin_api, config_api, delete_records_api, fetch, gro
 from cluster.broker.controller_client import ControllerClient
 from cluster.broker.env import ClientInfo, Clock, Endpoint, Outbound, Reply, Response, Rng, Scheduler, TimerHandle
 from cluster.broker.groups import Group, GroupCoordinator, OffsetToCommit
-from cluster.broker.offsets_log import GroupRecord, OffsetRecord, decode_batch, group_batch, offset_commit_batch, partition_for_group
+from cluster.broker.offsets_log import GroupRecord, GroupTombstone, OffsetRecord, decode_batch, group_batch, offset_commit_batch, partition_for_group, tombstone_batch
 from cluster.broker.partition import Partition, TopicPartition
 from cluster.broker.producer_ids import ProducerIdAllocator
 from cluster.broker.replica_manager import ReplicaManager, RoleChanges
@@ -38,7 +38,8 @@ from cluster.storage.disk import Disk
 
 log = logging.getLogger(__name__)
 NO_THROTTLE = datetime.timedelta(0)
-GROUP_APIS = frozenset({ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP, ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH})
+GROUP_APIS = frozenset({ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP, ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH,
+                        ApiKey.OFFSET_DELETE})
 # Kafka's offsets.commit.timeout.ms default: how long a commit waits for the ISR.
 OFFSETS_COMMIT_TIMEOUT_MS = 5000
 # __consumer_offsets bytes replayed per scheduler turn while loading a partition's groups.
@@ -79,7 +80,7 @@ class Broker:
         self.replicas = ReplicaManager(config, disk, clock, scheduler, outbound, self.controller_client, self._log_config_for_topic)
         self.topics = ImageTopics(self.controller_client)
         self.producer_ids = ProducerIdAllocator(self.controller_client)
-        self.groups = GroupCoordinator(config, clock, scheduler, rng, self._persist_offsets, self._persist_group)
+        self.groups = GroupCoordinator(config, clock, scheduler, rng, self._persist_offsets, self._persist_group, self._persist_deletion)
         # __consumer_offsets partitions whose groups this broker has loaded and coordinates,
         # and those it leads and is still loading (partition -> the leader epoch loading).
         self._coordinating: set[int] = set()
@@ -111,6 +112,8 @@ class Broker:
             ApiKey.OFFSET_FETCH: lambda r, c, reply: group_api.handle_offset_fetch(self, r, reply),
             ApiKey.DESCRIBE_GROUPS: lambda r, c, reply: group_api.handle_describe_groups(self, r, reply),
             ApiKey.LIST_GROUPS: lambda r, c, reply: group_api.handle_list_groups(self, r, reply),
+            ApiKey.DELETE_GROUPS: lambda r, c, reply: group_api.handle_delete_groups(self, r, reply),
+            ApiKey.OFFSET_DELETE: lambda r, c, reply: group_api.handle_offset_delete(self, r, reply),
             ApiKey.DESCRIBE_CONFIGS: lambda r, c, reply: config_api.handle_describe_configs(self, r, reply),
             ApiKey.ALTER_CONFIGS: lambda r, c, reply: config_api.handle_alter_configs(self, r, reply),
             ApiKey.INCREMENTAL_ALTER_CONFIGS: lambda r, c, reply: config_api.handle_alter_configs(self, r, reply),
@@ -364,6 +367,11 @@ class Broker:
             lambda base, epoch: group_batch(group.group_id, group.generation_id, group.protocol_type, group.protocol_name, now_ms, base, epoch),
             now_ms, lambda error: done(group_store_error(error)))
 
+    def _persist_deletion(self, group_id: str, partitions: list[tuple[str, int]], delete_group: bool, done: Callable[[ErrorCode], None]) -> None:
+        now_ms = self.clock.wall_ms()
+        self._append_group_records(group_id, lambda base, epoch: tombstone_batch(group_id, partitions, delete_group, now_ms, base, epoch), now_ms,
+                                   lambda error: done(offset_commit_error(error)))
+
     def _append_group_records(self, group_id: str, build_batch: Callable[[int, int], bytes], now_ms: int,
                               done: Callable[[ErrorCode], None]) -> None:
         """Append as the offsets partition's leader with acks=-1 semantics: `done` once the
@@ -414,6 +422,8 @@ class Broker:
                             self.groups.restore_offset(record.group_id, record.topic, record.partition, record.committed)
                     elif isinstance(record, GroupRecord):
                         self.groups.restore_group(record.group_id, record.generation_id, record.protocol_type, record.protocol_name)
+                    elif isinstance(record, GroupTombstone):
+                        self.groups.restore_deletion(record.group_id)
                 position[0] = parse_header(batch).next_offset
             if batches and position[0] < end:
                 self.scheduler.call_later(0, step)

@@ -240,3 +240,55 @@ def handle_list_groups(broker: Broker, request: Request, reply: Reply) -> None:
         if not states or g.state.value in states
     )
     reply(broker.respond(request, build(response_class(ApiKey.LIST_GROUPS, version), throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=groups)))
+
+
+def handle_delete_groups(broker: Broker, request: Request, reply: Reply) -> None:
+    """Each named group is deleted by its coordinator (NOT_COORDINATOR for the others, so the
+    client looks it up); the answer waits for every group's tombstones."""
+    version = request.api_version
+    result_cls = payload_class(ApiKey.DELETE_GROUPS, version, "DeletableGroupResult")
+    names = list(request.body.groups_names)
+    errors: dict[int, ErrorCode] = {}
+
+    def settle(index: int, error: ErrorCode) -> None:
+        errors[index] = error
+        if len(errors) == len(names):
+            results = tuple(build(result_cls, group_id=name, error_code=errors[i]) for i, name in enumerate(names))
+            reply(broker.respond(request, build(response_class(ApiKey.DELETE_GROUPS, version), throttle_time=NO_THROTTLE, results=results)))
+
+    if not names:
+        reply(broker.respond(request, build(response_class(ApiKey.DELETE_GROUPS, version), throttle_time=NO_THROTTLE, results=())))
+        return
+    for index, name in enumerate(names):
+        refused = ErrorCode.invalid_group_id if not name else broker.group_error(name)
+        if refused is not ErrorCode.none:
+            settle(index, refused)
+        else:
+            broker.groups.delete_group(name, lambda error, index=index: settle(index, error))
+
+
+def handle_offset_delete(broker: Broker, request: Request, reply: Reply) -> None:
+    """Reached only on the group's coordinator (Broker.handle checks)."""
+    body = request.body
+    topic_cls = payload_class(ApiKey.OFFSET_DELETE, request.api_version, "OffsetDeleteResponseTopic")
+    partition_cls = payload_class(ApiKey.OFFSET_DELETE, request.api_version, "OffsetDeleteResponsePartition")
+    wanted, unknown = [], {}
+    for t in body.topics:
+        info = broker.topics.by_name(t.name)
+        for p in t.partitions:
+            if info is None or p.partition_index not in info.partitions:
+                unknown[(t.name, p.partition_index)] = ErrorCode.unknown_topic_or_partition
+            else:
+                wanted.append((t.name, p.partition_index))
+
+    def answer(error: ErrorCode, results: dict[tuple[str, int], ErrorCode]) -> None:
+        results = {**results, **unknown}
+        topics = () if error is not ErrorCode.none else tuple(
+            build(topic_cls, name=t.name, partitions=tuple(build(partition_cls, partition_index=p.partition_index, error_code=results[(t.name, p.partition_index)])
+                                                           for p in t.partitions))
+            for t in body.topics
+        )
+        reply(broker.respond(request, build(response_class(ApiKey.OFFSET_DELETE, request.api_version), error_code=error,
+                                            throttle_time=NO_THROTTLE, topics=topics)))
+
+    broker.groups.delete_offsets(body.group_id, wanted, answer)

@@ -19,6 +19,7 @@ leading is unloaded: its parked requests are answered NOT_COORDINATOR.
 from __future__ import annotations
 
 import logging
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
@@ -124,6 +125,8 @@ class Group:
 
 
 PersistDone = Callable[[ErrorCode], None]
+# (group id, partitions whose offsets go, whether the group itself goes, done): tombstones.
+PersistDeletion = Callable[[str, list[tuple[str, int]], bool, PersistDone], None]
 
 
 class GroupCoordinator:
@@ -139,6 +142,7 @@ class GroupCoordinator:
         rng: Rng,
         persist_offsets: Callable[[str, list[OffsetToCommit], int, PersistDone], None],
         persist_group: Callable[[Group, PersistDone], None],
+        persist_deletion: PersistDeletion,
     ) -> None:
         self._config = config
         self._clock = clock
@@ -146,16 +150,19 @@ class GroupCoordinator:
         self._rng = rng
         self._persist_offsets = persist_offsets
         self._persist_group = persist_group
+        self._persist_deletion = persist_deletion
         self.groups: dict[str, Group] = {}
 
     # ---- recovery -------------------------------------------------------------------
 
     def restore_offset(self, group_id: str, topic: str, partition: int, committed: CommittedOffset | None) -> None:
+        if committed is None:  # a tombstone (OffsetDelete, DeleteGroups)
+            known = self.groups.get(group_id)
+            if known is not None:
+                known.offsets.pop((topic, partition), None)
+            return
         group = self.groups.setdefault(group_id, Group(group_id))
-        if committed is None:
-            group.offsets.pop((topic, partition), None)
-        else:
-            group.offsets[(topic, partition)] = committed
+        group.offsets[(topic, partition)] = committed
 
     def restore_group(self, group_id: str, generation_id: int, protocol_type: str | None, protocol_name: str | None) -> None:
         # Members are not restored: after a restart they rejoin (UNKNOWN_MEMBER_ID tells them
@@ -164,6 +171,10 @@ class GroupCoordinator:
         group.generation_id = generation_id
         group.protocol_type = protocol_type
         group.protocol_name = protocol_name
+
+    def restore_deletion(self, group_id: str) -> None:
+        """A group tombstone: the group was deleted (DeleteGroups) after the records before it."""
+        self.groups.pop(group_id, None)
 
     def unload(self, group_ids: list[str]) -> None:
         """Forget groups this broker no longer coordinates (their offsets partition has a new
@@ -219,6 +230,10 @@ class GroupCoordinator:
         if rebalance_timeout_ms < 0:
             rebalance_timeout_ms = session_timeout_ms
         group = self.groups.get(group_id)
+        if group is not None and group.state is GroupState.DEAD:
+            # Being deleted: as Kafka, the client retries and then meets a fresh group.
+            reply(JoinResult(ErrorCode.coordinator_not_available, member_id=member_id))
+            return
         if group is None:
             if member_id:
                 reply(JoinResult(ErrorCode.unknown_member_id, member_id=member_id))
@@ -531,6 +546,8 @@ class GroupCoordinator:
         if group is None:
             # Only a commit outside group management (generation -1) may create a group.
             return ErrorCode.none if generation_id < 0 else ErrorCode.illegal_generation
+        if group.state is GroupState.DEAD:
+            return ErrorCode.coordinator_not_available  # being deleted; retriable
         if generation_id < 0 and group.state is GroupState.EMPTY:
             return ErrorCode.none
         if member_id not in group.members:
@@ -564,3 +581,97 @@ class GroupCoordinator:
         for group in self.groups.values():
             for key in [k for k in group.offsets if k[0] == topic]:
                 del group.offsets[key]
+
+    # ---- deletion: DeleteGroups, OffsetDelete ------------------------------------------
+
+    def delete_group(self, group_id: str, done: PersistDone) -> None:
+        """Kafka's classic-group deletion: only an Empty group (no members) may go; it is Dead
+        while its tombstones are written, then forgotten. `done` gets GROUP_ID_NOT_FOUND,
+        NON_EMPTY_GROUP, or the outcome of writing the tombstones."""
+        group = self.groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            done(ErrorCode.group_id_not_found)
+            return
+        if group.state is not GroupState.EMPTY or group.members:
+            done(ErrorCode.non_empty_group)
+            return
+        group.state = GroupState.DEAD
+        for timer in group.pending_members.values():
+            timer.cancel()
+        group.pending_members.clear()
+
+        def stored(error: ErrorCode) -> None:
+            if self.groups.get(group_id) is group:
+                if error is ErrorCode.none:
+                    del self.groups[group_id]
+                    log.info("group %s: deleted", group_id)
+                else:
+                    group.state = GroupState.EMPTY  # not deleted: the client may retry
+            done(error)
+
+        self._persist_deletion(group_id, sorted(group.offsets), True, stored)
+
+    def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]],
+                       done: Callable[[ErrorCode, dict[tuple[str, int], ErrorCode]], None]) -> None:
+        """Kafka's OffsetDelete: `done(group error, per-partition errors)`. A group with
+        members may lose only offsets of topics none of its members subscribes to
+        (GROUP_SUBSCRIBED_TO_TOPIC otherwise); a non-consumer group with members refuses
+        (NON_EMPTY_GROUP)."""
+        group = self.groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            done(ErrorCode.group_id_not_found, {})
+            return
+        subscribed: set[str] | None = set()
+        if group.state is not GroupState.EMPTY:
+            if group.protocol_type != "consumer":
+                done(ErrorCode.non_empty_group, {})
+                return
+            subscribed = self._subscribed_topics(group)
+        results = {
+            tp: ErrorCode.group_subscribed_to_topic if subscribed is None or tp[0] in subscribed else ErrorCode.none for tp in partitions
+        }
+        deleting = [tp for tp, error in results.items() if error is ErrorCode.none and tp in group.offsets]
+        if not deleting:
+            done(ErrorCode.none, results)
+            return
+
+        def stored(error: ErrorCode) -> None:
+            if error is ErrorCode.none and self.groups.get(group_id) is group:
+                for tp in deleting:
+                    group.offsets.pop(tp, None)
+            done(error, results)
+
+        self._persist_deletion(group_id, deleting, False, stored)
+
+    @staticmethod
+    def _subscribed_topics(group: Group) -> set[str] | None:
+        """The topics the members subscribe to, from their consumer-protocol metadata for the
+        group's protocol; None (treat every topic as subscribed, as Kafka does) while unknown."""
+        if group.protocol_name is None:
+            return None
+        topics: set[str] = set()
+        for member in group.members.values():
+            member_topics = consumer_subscription_topics(member.metadata_for(group.protocol_name))
+            if member_topics is None:
+                return None
+            topics |= member_topics
+        return topics
+
+
+def consumer_subscription_topics(metadata: bytes) -> set[str] | None:
+    """The topics of a ConsumerProtocolSubscription (int16 version, then an int32-counted
+    array of int16-length strings; later fields are not needed); None if unreadable."""
+    try:
+        (count,) = struct.unpack_from(">i", metadata, 2)
+        position = 6
+        topics = set()
+        for _ in range(count):
+            (length,) = struct.unpack_from(">h", metadata, position)
+            position += 2
+            if length < 0 or position + length > len(metadata):
+                return None
+            topics.add(metadata[position:position + length].decode())
+            position += length
+        return topics
+    except (struct.error, UnicodeDecodeError):
+        return None

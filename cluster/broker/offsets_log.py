@@ -51,12 +51,23 @@ def group_batch(group_id: str, generation_id: int, protocol_type: str | None, pr
     return build_batch([record], base_offset=base_offset, timestamp_ms=now_ms, partition_leader_epoch=leader_epoch)
 
 
+def tombstone_batch(group_id: str, partitions: list[tuple[str, int]], delete_group: bool, now_ms: int, base_offset: int, leader_epoch: int) -> bytes:
+    """Null-valued records, as Kafka writes them: each offset of `partitions` is gone and,
+    with `delete_group`, the group itself (its record last, so a replay forgets it after its
+    offsets)."""
+    records = [Record(json.dumps({"type": "offset", "group": group_id, "topic": t, "partition": p}, sort_keys=True).encode(), None)
+               for t, p in partitions]
+    if delete_group:
+        records.append(Record(json.dumps({"type": "group", "group": group_id}, sort_keys=True).encode(), None))
+    return build_batch(records, base_offset=base_offset, timestamp_ms=now_ms, partition_leader_epoch=leader_epoch)
+
+
 @dataclass(frozen=True, slots=True)
 class OffsetRecord:
     group_id: str
     topic: str
     partition: int
-    committed: CommittedOffset
+    committed: CommittedOffset | None  # None: a tombstone, the offset was deleted
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,12 +78,23 @@ class GroupRecord:
     protocol_name: str | None
 
 
-def decode_batch(batch: bytes | memoryview, where: str) -> Iterator[OffsetRecord | GroupRecord]:
+@dataclass(frozen=True, slots=True)
+class GroupTombstone:
+    group_id: str
+
+
+def decode_batch(batch: bytes | memoryview, where: str) -> Iterator[OffsetRecord | GroupRecord | GroupTombstone]:
     for record in read_records(batch):
-        if record.key is None or record.value is None:
+        if record.key is None:
             continue
         try:
             key = json.loads(record.key)
+            if record.value is None:
+                if key["type"] == "offset":
+                    yield OffsetRecord(key["group"], key["topic"], int(key["partition"]), None)
+                elif key["type"] == "group":
+                    yield GroupTombstone(key["group"])
+                continue
             value = json.loads(record.value)
             if key["type"] == "offset":
                 yield OffsetRecord(

@@ -34,8 +34,10 @@ class ApiKey(IntEnum):
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     CREATE_PARTITIONS = 37
+    DELETE_GROUPS = 42
     ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
+    OFFSET_DELETE = 47
     # Node-to-controller APIs (KRaft); served by the controller, not advertised to clients.
     ALTER_PARTITION = 56
     BROKER_REGISTRATION = 62
@@ -77,6 +79,8 @@ SUPPORTED_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: VersionRange(0, 1),
     ApiKey.CREATE_PARTITIONS: VersionRange(0, 3),
     ApiKey.ELECT_LEADERS: VersionRange(0, 2),
+    ApiKey.DELETE_GROUPS: VersionRange(0, 2),
+    ApiKey.OFFSET_DELETE: VersionRange(0, 0),
 }
 
 

@@ -24,7 +24,7 @@ LOCAL = "client-local (no request of its own, or only configuration)"
 CG = "test_confluent_groups.py::"
 KG = "test_kafka_python_groups.py::"
 AIO = "test_aiokafka.py::test_aiokafka_consumer_seeks_and_admin_lists_groups_offsets_and_deletes_the_topic"
-GROUP_H2 = "needs DeleteGroups/OffsetDelete (H2's part of issue 13): not covered here"
+DG = "test_delete_groups.py::"
 
 COVERAGE: dict[type, dict[str, str]] = {
     Producer: {
@@ -62,7 +62,7 @@ COVERAGE: dict[type, dict[str, str]] = {
         "delete_records": "test_delete_records.py::test_confluent_delete_records_moves_the_log_start",
         "elect_leaders": "test_elect_and_rebalance.py::test_confluent_elect_leaders_of_led_partitions_is_election_not_needed",
         "describe_cluster": "test_cluster.py::test_confluent_describe_cluster",
-        "delete_consumer_groups": GROUP_H2,
+        "delete_consumer_groups": DG + "test_confluent_delete_consumer_groups_and_kafka_python_delete_group_offsets",
         "delete_topics": CG + "test_confluent_admin_describes_and_deletes_topics",
         "describe_topics": CG + "test_confluent_admin_describes_and_deletes_topics",
         **{name: CG + "test_confluent_admin_lists_describes_and_alters_group_offsets"
@@ -101,7 +101,9 @@ COVERAGE: dict[type, dict[str, str]] = {
         "delete_records": "test_delete_records.py::test_kafka_python_delete_records",
         "elect_leaders": "test_elect_and_rebalance.py::test_kafka_python_elect_leaders",
         "describe_cluster": "test_cluster.py::test_kafka_python_describe_cluster",
-        "delete_groups": GROUP_H2, "delete_group_offsets": GROUP_H2, "describe_producers": GROUP_H2,
+        "delete_groups": DG + "test_kafka_python_delete_groups_and_offsets_of_an_empty_group",
+        "delete_group_offsets": DG + "test_confluent_delete_consumer_groups_and_kafka_python_delete_group_offsets",
+        "describe_producers": "DescribeProducers not served yet (issue 13): not covered",
         **{name: "API not served (reassignment, log dirs, quorum, features, config listing): not covered"
            for name in ("alter_partition_reassignments", "list_partition_reassignments", "alter_replica_log_dirs", "describe_log_dirs",
                         "describe_metadata_quorum", "describe_features", "update_features", "list_config_resources",

@@ -5,6 +5,7 @@ survive a restart by replaying __consumer_offsets."""
 from __future__ import annotations
 
 import datetime
+import struct
 
 from kio.schema.errors import ErrorCode
 
@@ -228,3 +229,57 @@ def test_groups_answer_load_in_progress_until_their_partition_is_replayed() -> N
     assert len(during_load) == 300 and set(during_load) == {ErrorCode.coordinator_load_in_progress}
     assert heartbeat(driver, "someone", 1) is ErrorCode.unknown_member_id  # loaded: now the coordinator answers
     assert fetch_offset(driver) == 299
+
+
+def _subscription(*topics: str) -> bytes:
+    """A ConsumerProtocolSubscription v0 (the metadata a Java-protocol consumer joins with)."""
+    body = struct.pack(">hi", 0, len(topics)) + b"".join(struct.pack(">h", len(t)) + t.encode() for t in topics)
+    return body + struct.pack(">i", -1)  # null user data
+
+
+def delete_groups(driver: CoreDriver, *groups: str) -> list[tuple[str, ErrorCode]]:
+    body = driver.call(ApiKey.DELETE_GROUPS, 2, groups_names=groups)
+    return [(r.group_id, r.error_code) for r in body.results]
+
+
+def offset_delete(driver: CoreDriver, group: str, *topics: str) -> tuple[ErrorCode, dict[str, ErrorCode]]:
+    topic_cls = driver.request_class(ApiKey.OFFSET_DELETE, 0, "OffsetDeleteRequestTopic")
+    part_cls = driver.request_class(ApiKey.OFFSET_DELETE, 0, "OffsetDeleteRequestPartition")
+    body = driver.call(ApiKey.OFFSET_DELETE, 0, group_id=group, topics=tuple(topic_cls(name=t, partitions=(part_cls(partition_index=0),)) for t in topics))
+    return body.error_code, {t.name: t.partitions[0].error_code for t in body.topics}
+
+
+def test_delete_groups_and_offsets_as_kafka_and_the_deletion_survives_restart() -> None:
+    driver = group_driver({"log.flush.interval.messages": "1"})
+    create_topic(driver, "t", 1)
+    create_topic(driver, "u", 1)
+    joined = join(driver, protocols=(("range", _subscription("t")),))
+    member, generation = joined.body.member_id, joined.body.generation_id
+    assert sync(driver, member, generation, {member: b"t-0"}).body.error_code is ErrorCode.none
+    assert commit(driver, member, generation, 10, topic="t") is ErrorCode.none
+    assert commit(driver, member, generation, 20, topic="u") is ErrorCode.none
+    assert commit(driver, "", -1, 7, topic="t", group="h") is ErrorCode.none
+    assert commit(driver, "", -1, 8, topic="u", group="h") is ErrorCode.none
+
+    assert delete_groups(driver, "g", "never-seen", "") == [
+        ("g", ErrorCode.non_empty_group), ("never-seen", ErrorCode.group_id_not_found), ("", ErrorCode.invalid_group_id)]
+    assert offset_delete(driver, "never-seen", "t") == (ErrorCode.group_id_not_found, {})
+    # A member subscribes to t: its offsets stay; u's go; an unknown topic is named as such.
+    assert offset_delete(driver, "g", "t", "u", "missing") == (
+        ErrorCode.none, {"t": ErrorCode.group_subscribed_to_topic, "u": ErrorCode.none, "missing": ErrorCode.unknown_topic_or_partition})
+    assert (fetch_offset(driver, "t"), fetch_offset(driver, "u")) == (10, -1)
+    assert offset_delete(driver, "h", "u") == (ErrorCode.none, {"u": ErrorCode.none})  # h is Empty: anything goes
+
+    identity = driver.request_class(ApiKey.LEAVE_GROUP, 4, "MemberIdentity")
+    driver.call(ApiKey.LEAVE_GROUP, 4, group_id="g", members=(identity(member_id=member, group_instance_id=None),))
+    assert delete_groups(driver, "g") == [("g", ErrorCode.none)]
+    assert "g" not in driver.broker.groups.groups and fetch_offset(driver, "t") == -1
+    assert delete_groups(driver, "g") == [("g", ErrorCode.group_id_not_found)]
+
+    for crash in (False, True):
+        driver.restart(crash=crash)
+        driver.await_coordinator(*GROUPS)
+        assert "g" not in driver.broker.groups.groups, "the group tombstone was not replayed"
+        assert (fetch_offset(driver, "t", group="h"), fetch_offset(driver, "u", group="h")) == (7, -1)
+    # A deleted group's id starts afresh.
+    assert commit(driver, "", -1, 3, topic="t") is ErrorCode.none and fetch_offset(driver, "t") == 3

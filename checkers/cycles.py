@@ -4,17 +4,18 @@ strongly connected components and cycle search with networkx on the driver.
 Vertices are completed send/poll/txn ops (ok, info and fail, as in Jepsen). Edges:
   ww  writer of the value just before v in the version order → writer of v (if ww_deps)
   wr  writer of v → every op that read v
-  rt  A completed before B was invoked (Elle's realtime order, transitively reduced; an
-      info op never completes, so it precedes nothing)
+  rt  A completed ok before B was invoked (Elle's realtime order, transitively reduced; an
+      info op never completes and a failed one did not happen, so neither precedes anything)
 Jepsen never built rw edges, so G-single/G2/G1b cannot appear; neither do they here.
 
 Pruning, before anything leaves Spark (with plain consumers the full graph is one giant
 component, reference/pyspark.md §4):
   * a read-only op has no data out-edge, so without realtime it cannot be on a cycle: wr
     edges are kept only into ops that also write;
-  * an op writing one key and reading nothing can only pass a cycle along that key's ww
-    chain, so ww chains are kept only for keys written by an op that writes two keys or
-    also reads ("linking" ops); with no linking op nothing is collected;
+  * an op writing one value of one key and reading nothing can only pass a cycle along that
+    key's ww chain, so ww chains are kept only for keys written by an op that writes two keys
+    or also reads ("linking" ops), or that writes two values of the key (they can straddle
+    another op's value: a cycle inside the chain); with no such op nothing is collected;
   * realtime cycles: every cycle with an rt edge also has a data edge X→Y whose target
     completed before its source was invoked, or runs through the kept subgraph; such
     "backward" edges (over all keys, read-only readers included) are found in Spark, and
@@ -64,8 +65,9 @@ def _writer_of(fr: Frames) -> DataFrame:
 
 
 def _backward(src_invoke: str, dst_op: str, dst_type: str):
-    """The target completed (not info) before the source was invoked."""
-    return (F.col(dst_type) != "info") & (F.col(dst_op) < F.col(src_invoke))
+    """The target completed ok before the source was invoked (realtime edges start only at
+    ok completions, as in Elle)."""
+    return (F.col(dst_type) == "ok") & (F.col(dst_op) < F.col(src_invoke))
 
 
 EDGE_COLUMNS = ("run", "src", "dst", "rel", "key", "value", "src_invoke", "src_type", "dst_invoke", "dst_type")
@@ -79,8 +81,13 @@ def pruned_edges(fr: Frames) -> DataFrame:
     reader_ops = fr.reads.select(RUN, "op_index").distinct().withColumn("reads", F.lit(True))
     writer_ops = (write_keys.join(reader_ops, [RUN, "op_index"], "left")
                   .select(RUN, "op_index", ((F.col("n_keys") > 1) | F.col("reads").isNotNull()).alias("linking")))
+    # Also linked: a key on which one op writes two values (they can straddle another op's
+    # value, closing a ww cycle inside the key's own chain).
+    multi_value_keys = (fr.writes.groupBy(RUN, "key", "op_index").agg(F.countDistinct("value").alias("n_values"))
+                        .where(F.col("n_values") > 1).select(RUN, "key"))
     linked_keys = (fr.writes.join(writer_ops.where("linking"), [RUN, "op_index"], "left_semi")
-                   .select(RUN, "key").distinct().withColumn("linked", F.lit(True)))
+                   .select(RUN, "key").unionByName(multi_value_keys)
+                   .distinct().withColumn("linked", F.lit(True)))
     wr = (fr.reads.select(RUN, "key", "value", F.col("op_index").alias("dst"), F.col("invoke_index").alias("dst_invoke"),
                           F.col("type").alias("dst_type")).distinct()
           .join(writer, [RUN, "key", "value"])
@@ -123,7 +130,7 @@ def realtime_edges(vertices: dict[int, tuple[int, str]]) -> list[tuple[int, int]
     events: list[tuple[int, int, int]] = []  # (history index, 0 = completion / 1 = invocation, op)
     for op, (invoke_index, typ) in vertices.items():
         events.append((invoke_index, 1, op))
-        if typ != "info":
+        if typ == "ok":  # as in Elle: an info op never completes, a failed one did not happen
             events.append((op, 0, op))
     events.sort()
     frontier: set[int] = set()

@@ -589,7 +589,9 @@ def edges(d: KeyData, out: Emitter) -> None:
     write_ops = np.union1d(_unique_sorted(w.op), d.facts.writing_ops)
 
     def backward(src_invoke: np.ndarray, dst: np.ndarray, dst_type: np.ndarray) -> np.ndarray:
-        return (dst_type != INFO) & (dst < src_invoke)
+        # Realtime edges start only at ok completions, as in Elle: an info op never completes
+        # and a failed one did not happen.
+        return (dst_type == OK) & (dst < src_invoke)
 
     def emit(src, dst, rel, values, src_invoke, src_type, dst_invoke, dst_type) -> None:
         for k in range(len(src)):
@@ -610,7 +612,10 @@ def edges(d: KeyData, out: Emitter) -> None:
         kept = (src != ro) & (_isin_sorted(ro, write_ops) | backward(src_inv, ro, rt))
         emit(src[kept], ro[kept], "wr", rv[kept], src_inv[kept], src_type[kept], ri[kept], rt[kept])
     # ww: writer of the value in the slot before v's (last) slot → writer of v.
-    linked = bool(_isin_sorted(w.op, d.facts.linking_ops).any())
+    # An op that writes two values of this key can close a cycle inside the key's own ww
+    # chain (its values straddling another op's), so such a key's chain is kept too.
+    op_values = np.unique(np.stack([w.op, w.value]), axis=1)[0] if len(w) > 1 else w.op
+    linked = bool(_isin_sorted(w.op, d.facts.linking_ops).any()) or len(np.unique(op_values)) < len(op_values)
     has = _isin_sorted(d.bv_value, writer_value) & (d.bv_idx >= 1)
     values, idx = d.bv_value[has], d.bv_idx[has]
     prev_values = d.slot_rep[idx - 1]

@@ -494,6 +494,24 @@ def test_g0_write_cycle_is_allowed(results):
     assert {s["rel"] for s in g0.witnesses[0].detail["steps"]} == {"ww"}
 
 
+@case("G0-one-key", TXN)
+def _(h: History):
+    # t1's two values straddle t2's on one key: t1 → t2 → t1 by write-write edges alone. Neither
+    # op writes two keys or reads, and the cycle must still be found as G0 (Elle keeps every
+    # ww edge within a key that a cycle needs), not only through the realtime order.
+    t1 = h.txn(0, [["send", 1, 10, 0], ["send", 1, 12, 2]])
+    t2 = h.txn(1, [["send", 1, 11, 1]])
+    return {"t1": t1, "t2": t2}
+
+
+def test_g0_of_values_interleaved_on_one_key(results):
+    g0 = anomaly(results["G0-one-key"], "G0")
+    f = FACTS["G0-one-key"]
+    assert g0 is not None, sorted(names(results["G0-one-key"]))
+    assert sorted(g0.witnesses[0].op_indices) == sorted([f["t1"], f["t2"]])
+    assert [s["rel"] for s in g0.witnesses[0].detail["steps"]] == ["ww", "ww"]
+
+
 def _g1c(h: History):
     t1 = h.txn(0, [["send", 1, 1, 0], ["poll", {2: [(0, 1)]}]])
     t2 = h.txn(1, [["send", 2, 1, 0], ["poll", {1: [(0, 1)]}]])

@@ -8,6 +8,9 @@ STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 # import MODULE; ensurepip is what `python3 -m venv` needs).
 DEBS := python3/ensurepip:python3-venv kcat:kcat java:openjdk-17-jre-headless nft:nftables unshare:util-linux ip:iproute2 chromium:chromium
 PYTEST_ARGS ?=
+# Parallel test processes (pytest-xdist). The suite mostly waits (fault runs, timeouts, real
+# clusters), so more workers than the 2 cores of CI still shorten it; PYTEST_WORKERS=0 runs serially.
+PYTEST_WORKERS ?= 3
 
 .PHONY: setup debs demo smoke test lint bench clean fresh-machine
 
@@ -29,7 +32,7 @@ lint: setup
 	$(VENV)/bin/lint-imports
 
 test: lint
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 # A real Jepsen-style test against the bundled cluster: 3 brokers, queue workload, crash and
 # network-partition faults for 60 s, checked by the Spark checkers, with an HTML report. The

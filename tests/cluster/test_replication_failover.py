@@ -289,9 +289,9 @@ def _lone_leader_loses_its_page_cache(make_cluster, min_isr: str) -> tuple[set[s
     return producer.log.acked_values(), {v for _, v in read_partition(bootstrap, TOPIC, 0)}
 
 
-def test_min_isr_1_loses_writes_the_lone_leader_acknowledged_before_losing_its_page_cache(make_cluster) -> None:
-    acked, read = _lone_leader_loses_its_page_cache(make_cluster, "1")
-    assert acked - read, "min.insync.replicas=1 let the lone leader acknowledge writes it then lost; some should be missing"
+# The loss with min.insync.replicas=1 is asserted on the simulator
+# (tests/cluster/sim/test_lone_leader_loss.py): here whether the lone leader's last writes
+# were flushed before the SIGKILL raced a real flush timer, and the test failed once.
 
 
 def test_min_isr_2_refuses_those_writes_and_loses_nothing(make_cluster) -> None:

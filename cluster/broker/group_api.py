@@ -78,13 +78,19 @@ def handle_sync_group(broker: Broker, request: Request, reply: Reply) -> None:
         reply(broker.respond(request, build(cls, throttle_time=NO_THROTTLE, error_code=result.error, protocol_type=result.protocol_type,
                                             protocol_name=result.protocol_name, assignment=result.assignment)))
 
+    if broker.groups.fenced(body.group_id, body.member_id, getattr(body, "group_instance_id", None)):
+        answer(SyncResult(ErrorCode.fenced_instance_id))
+        return
     assignments = {a.member_id: a.assignment for a in body.assignments}
     broker.groups.sync(body.group_id, body.member_id, body.generation_id, assignments, answer)
 
 
 def handle_heartbeat(broker: Broker, request: Request, reply: Reply) -> None:
     body = request.body
-    error = broker.groups.heartbeat(body.group_id, body.member_id, body.generation_id)
+    if broker.groups.fenced(body.group_id, body.member_id, getattr(body, "group_instance_id", None)):
+        error = ErrorCode.fenced_instance_id
+    else:
+        error = broker.groups.heartbeat(body.group_id, body.member_id, body.generation_id)
     reply(broker.respond(request, build(response_class(ApiKey.HEARTBEAT, request.api_version), throttle_time=NO_THROTTLE, error_code=error)))
 
 
@@ -97,7 +103,7 @@ def handle_leave_group(broker: Broker, request: Request, reply: Reply) -> None:
         reply(broker.respond(request, build(cls, throttle_time=NO_THROTTLE, error_code=error)))
         return
     member_cls = payload_class(ApiKey.LEAVE_GROUP, version, "MemberResponse")
-    error, results = broker.groups.leave(body.group_id, [m.member_id for m in body.members])
+    error, results = broker.groups.leave(body.group_id, [m.member_id for m in body.members], [m.group_instance_id for m in body.members])
     members = tuple(
         build(member_cls, member_id=m.member_id, group_instance_id=m.group_instance_id, error_code=r) for m, r in zip(body.members, results)
     )
@@ -111,7 +117,10 @@ def handle_offset_commit(broker: Broker, request: Request, reply: Reply) -> None
     version = request.api_version
     topic_cls = payload_class(ApiKey.OFFSET_COMMIT, version, "OffsetCommitResponseTopic")
     partition_cls = payload_class(ApiKey.OFFSET_COMMIT, version, "OffsetCommitResponsePartition")
-    group_error = broker.groups.validate_commit(body.group_id, body.generation_id_or_member_epoch, body.member_id)
+    if broker.groups.fenced(body.group_id, body.member_id, getattr(body, "group_instance_id", None)):
+        group_error = ErrorCode.fenced_instance_id
+    else:
+        group_error = broker.groups.validate_commit(body.group_id, body.generation_id_or_member_epoch, body.member_id)
     accepted: list[OffsetToCommit] = []
     errors: list[list[ErrorCode]] = []
     for topic in body.topics:

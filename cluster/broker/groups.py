@@ -122,6 +122,8 @@ class Group:
     pending_members: dict[str, TimerHandle] = field(default_factory=dict)
     # The leader's assignment is being written to __consumer_offsets; syncs wait for it.
     storing_assignment: bool = False
+    # Static members (KIP-345): group.instance.id -> the member id it holds now.
+    static_members: dict[str, str] = field(default_factory=dict)
 
 
 PersistDone = Callable[[ErrorCode], None]
@@ -242,6 +244,15 @@ class GroupCoordinator:
         if not protocols or not self._protocols_compatible(group, protocol_type, protocols):
             reply(JoinResult(ErrorCode.inconsistent_group_protocol, member_id=member_id))
             return
+        if group_instance_id is not None:
+            held = group.static_members.get(group_instance_id)
+            if held is not None and member_id and member_id != held:
+                reply(JoinResult(ErrorCode.fenced_instance_id, member_id=member_id))
+                return
+            if held is not None and not member_id:
+                self._rejoin_static(group, group_instance_id, held, client_id, client_host, session_timeout_ms, rebalance_timeout_ms,
+                                    protocols, reply)
+                return
         if not member_id and require_known_member_id:
             member_id = f"{client_id or 'member'}-{self._new_uuid_hex()}"
             group.pending_members[member_id] = self._scheduler.call_later(
@@ -262,6 +273,8 @@ class GroupCoordinator:
                 member_id, group_instance_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms, protocol_type, list(protocols)
             )
             group.members[member_id] = member
+            if group_instance_id is not None:
+                group.static_members[group_instance_id] = member_id
             member.awaiting_join = reply
             self._touch_session(group, member)
             self._prepare_rebalance(group, f"member {member_id} joined", new_member=True)
@@ -286,6 +299,49 @@ class GroupCoordinator:
             reply(self._join_result(group, member, include_members=member_id == group.leader_id))
         else:
             self._prepare_rebalance(group, f"member {member_id} rejoined")
+
+    def _rejoin_static(self, group: Group, instance_id: str, old_member_id: str, client_id: str, client_host: str, session_timeout_ms: int,
+                       rebalance_timeout_ms: int, protocols: list[tuple[str, bytes]], reply: Callable[[JoinResult], None]) -> None:
+        """A known static member restarted (KIP-345): it takes a new member id that fences the
+        old one and keeps its place and assignment. In a Stable group whose protocol choice
+        does not change this is no rebalance: it gets the current generation, and the old
+        leader's id (so the member does not start assigning), as Kafka's coordinator does."""
+        old = group.members.pop(old_member_id)
+        if old.session_timer is not None:
+            old.session_timer.cancel()
+        if old.awaiting_join is not None:
+            callback, old.awaiting_join = old.awaiting_join, None
+            callback(JoinResult(ErrorCode.fenced_instance_id, member_id=old_member_id))
+        if old.awaiting_sync is not None:
+            callback_sync, old.awaiting_sync = old.awaiting_sync, None
+            callback_sync(SyncResult(ErrorCode.fenced_instance_id))
+        new_member_id = f"{client_id or 'member'}-{self._new_uuid_hex()}"
+        member = Member(new_member_id, instance_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms, old.protocol_type,
+                        list(protocols), assignment=old.assignment)
+        group.members[new_member_id] = member
+        group.static_members[instance_id] = new_member_id
+        previous_leader = group.leader_id
+        if group.leader_id == old_member_id:
+            group.leader_id = new_member_id
+        self._touch_session(group, member)
+        log.info("group %s: static member %s rejoined as %s (was %s)", group.group_id, instance_id, new_member_id, old_member_id)
+        if group.state is GroupState.STABLE and self._select_protocol(group) == group.protocol_name:
+            reply(JoinResult(ErrorCode.none, group.generation_id, group.protocol_type, group.protocol_name, previous_leader or "", new_member_id))
+        elif group.state is GroupState.PREPARING_REBALANCE:
+            member.awaiting_join = reply
+            self._maybe_complete_join(group)
+        else:
+            # Completing a rebalance: the leader may have assigned to the old id, so rebalance.
+            member.awaiting_join = reply
+            self._prepare_rebalance(group, f"static member {instance_id} rejoined as {new_member_id}")
+
+    def fenced(self, group_id: str, member_id: str, group_instance_id: str | None) -> bool:
+        """A static member's request under a member id its instance id no longer holds."""
+        if group_instance_id is None:
+            return False
+        group = self.groups.get(group_id)
+        held = group.static_members.get(group_instance_id) if group is not None else None
+        return held is not None and held != member_id
 
     def _new_uuid_hex(self) -> str:
         return f"{self._rng.getrandbits(128):032x}"
@@ -483,12 +539,20 @@ class GroupCoordinator:
             return ErrorCode.rebalance_in_progress
         return ErrorCode.none
 
-    def leave(self, group_id: str, member_ids: list[str]) -> tuple[ErrorCode, list[ErrorCode]]:
+    def leave(self, group_id: str, member_ids: list[str], instance_ids: list[str | None] | None = None) -> tuple[ErrorCode, list[ErrorCode]]:
+        """LeaveGroup; v3+ names static members by group.instance.id, with or without their
+        member id (a member id the instance no longer holds is FENCED_INSTANCE_ID)."""
         group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.unknown_member_id, [ErrorCode.unknown_member_id] * len(member_ids)
         results: list[ErrorCode] = []
-        for member_id in member_ids:
+        for member_id, instance_id in zip(member_ids, instance_ids or [None] * len(member_ids)):
+            if instance_id is not None:
+                held = group.static_members.get(instance_id)
+                if held is not None and member_id and member_id != held:
+                    results.append(ErrorCode.fenced_instance_id)
+                    continue
+                member_id = held or member_id
             member = group.members.get(member_id)
             if member is None:
                 results.append(ErrorCode.unknown_member_id)
@@ -519,6 +583,8 @@ class GroupCoordinator:
 
     def _remove_member(self, group: Group, member: Member) -> None:
         group.members.pop(member.member_id, None)
+        if member.group_instance_id is not None and group.static_members.get(member.group_instance_id) == member.member_id:
+            del group.static_members[member.group_instance_id]
         if member.session_timer is not None:
             member.session_timer.cancel()
             member.session_timer = None

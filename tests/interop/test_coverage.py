@@ -111,7 +111,7 @@ COVERAGE: dict[type, dict[str, str]] = {
         **{name: KG + "test_kafka_python_admin_groups_and_offsets"
            for name in ("create_topics", "delete_topics", "describe_groups", "list_groups", "list_group_offsets",
                         "alter_group_offsets", "reset_group_offsets", "list_partition_offsets", "wait_for_topics")},
-        "remove_group_members": "LeaveGroup v3+ by group.instance.id: static membership is H2's part of issue 13; not covered here",
+        "remove_group_members": "test_static_membership.py::test_a_restarted_static_consumer_takes_its_partition_back_without_a_rebalance",
         "reset_configs": "test_configs.py::test_kafka_python_reset_configs_returns_a_topic_config_to_its_default",
     },
     AIOKafkaProducer: {

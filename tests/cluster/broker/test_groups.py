@@ -283,3 +283,53 @@ def test_delete_groups_and_offsets_as_kafka_and_the_deletion_survives_restart() 
         assert (fetch_offset(driver, "t", group="h"), fetch_offset(driver, "u", group="h")) == (7, -1)
     # A deleted group's id starts afresh.
     assert commit(driver, "", -1, 3, topic="t") is ErrorCode.none and fetch_offset(driver, "t") == 3
+
+
+def static_join(driver: CoreDriver, instance_id: str, member_id: str = "", version: int = 5) -> Pending:
+    protocol_cls = driver.request_class(ApiKey.JOIN_GROUP, version, "JoinGroupRequestProtocol")
+    return driver.send(ApiKey.JOIN_GROUP, version, group_id="g", session_timeout=datetime.timedelta(milliseconds=SESSION_MS),
+                       rebalance_timeout=datetime.timedelta(milliseconds=10_000), member_id=member_id, group_instance_id=instance_id,
+                       protocol_type="consumer", protocols=(protocol_cls(name="range", metadata=b"meta"),))
+
+
+def static_heartbeat(driver: CoreDriver, member_id: str, generation: int, instance_id: str) -> ErrorCode:
+    return driver.call(ApiKey.HEARTBEAT, 4, group_id="g", generation_id=generation, member_id=member_id, group_instance_id=instance_id).error_code
+
+
+def test_a_static_member_that_restarts_keeps_its_assignment_without_a_rebalance_and_fences_its_old_id() -> None:
+    driver = group_driver()
+    create_topic(driver, "t", 1)
+    first = static_join(driver, "instance-a")
+    assert first.done and first.body.error_code is ErrorCode.none  # a static member needs no MEMBER_ID_REQUIRED round trip
+    a = first.body.member_id
+    assert sync(driver, a, 1, {a: b"all"}).body.assignment == b"all"
+    second = join(driver)  # a dynamic member: a real rebalance
+    rejoin = static_join(driver, "instance-a", a)
+    assert rejoin.done and second.done and rejoin.body.generation_id == 2 and rejoin.body.leader == a
+    b = second.body.member_id
+    follower = sync(driver, b, 2)
+    assert sync(driver, a, 2, {a: b"p0", b: b"p1"}).body.assignment == b"p0" and follower.body.assignment == b"p1"
+
+    # instance-a restarts: it joins with no member id, and the group stays at generation 2.
+    restarted = static_join(driver, "instance-a")
+    assert restarted.done and restarted.body.error_code is ErrorCode.none
+    a2 = restarted.body.member_id
+    assert a2 != a and restarted.body.generation_id == 2
+    assert restarted.body.leader == a and restarted.body.members == ()  # the old leader id: a2 does not assign
+    assert sync(driver, a2, 2, group="g").body.assignment == b"p0"
+    assert heartbeat(driver, b, 2) is ErrorCode.none  # no rebalance for the other member
+    assert static_heartbeat(driver, a2, 2, "instance-a") is ErrorCode.none
+    # The old incarnation is fenced everywhere.
+    assert static_heartbeat(driver, a, 2, "instance-a") is ErrorCode.fenced_instance_id
+    assert static_join(driver, "instance-a", a).body.error_code is ErrorCode.fenced_instance_id
+    part_cls = driver.request_class(ApiKey.OFFSET_COMMIT, 9, "OffsetCommitRequestPartition")
+    topic_cls = driver.request_class(ApiKey.OFFSET_COMMIT, 9, "OffsetCommitRequestTopic")
+    stale = driver.call(ApiKey.OFFSET_COMMIT, 9, group_id="g", generation_id_or_member_epoch=2, member_id=a, group_instance_id="instance-a",
+                        topics=(topic_cls(name="t", partitions=(part_cls(partition_index=0, committed_offset=5, committed_leader_epoch=0, committed_metadata=""),)),))
+    assert stale.topics[0].partitions[0].error_code is ErrorCode.fenced_instance_id
+    # LeaveGroup by instance id alone (kafka-python's remove_group_members) removes it and rebalances.
+    identity = driver.request_class(ApiKey.LEAVE_GROUP, 4, "MemberIdentity")
+    left = driver.call(ApiKey.LEAVE_GROUP, 4, group_id="g", members=(identity(member_id="", group_instance_id="instance-a"),))
+    assert [m.error_code for m in left.members] == [ErrorCode.none]
+    assert list(driver.broker.groups.groups["g"].members) == [b]
+    assert heartbeat(driver, b, 2) is ErrorCode.rebalance_in_progress

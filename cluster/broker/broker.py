@@ -19,7 +19,7 @@ from typing import Any
 from kio.index import EntityType
 from kio.schema.errors import ErrorCode
 
-from cluster.broker import admin_api, config_api, delete_records_api, fetch, group_api, produce, topic_api
+from cluster.broker import admin_api, config_api, delete_records_api, fetch, group_api, produce, producers_api, topic_api
 from cluster.broker.controller_client import ControllerClient
 from cluster.broker.env import ClientInfo, Clock, Endpoint, Outbound, Reply, Response, Rng, Scheduler, TimerHandle
 from cluster.broker.groups import Group, GroupCoordinator, OffsetToCommit
@@ -114,6 +114,7 @@ class Broker:
             ApiKey.LIST_GROUPS: lambda r, c, reply: group_api.handle_list_groups(self, r, reply),
             ApiKey.DELETE_GROUPS: lambda r, c, reply: group_api.handle_delete_groups(self, r, reply),
             ApiKey.OFFSET_DELETE: lambda r, c, reply: group_api.handle_offset_delete(self, r, reply),
+            ApiKey.DESCRIBE_PRODUCERS: lambda r, c, reply: producers_api.handle_describe_producers(self, r, reply),
             ApiKey.DESCRIBE_CONFIGS: lambda r, c, reply: config_api.handle_describe_configs(self, r, reply),
             ApiKey.ALTER_CONFIGS: lambda r, c, reply: config_api.handle_alter_configs(self, r, reply),
             ApiKey.INCREMENTAL_ALTER_CONFIGS: lambda r, c, reply: config_api.handle_alter_configs(self, r, reply),

@@ -30,6 +30,8 @@ class BatchMetadata:
 @dataclass(slots=True)
 class ProducerEntry:
     producer_epoch: int
+    # The max timestamp of its last appended batch (DescribeProducers' lastTimestamp).
+    last_timestamp_ms: int = -1
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=BATCHES_TO_RETAIN))
 
     @property
@@ -68,6 +70,10 @@ class ProducerStateTable:
 
     def entry(self, producer_id: int) -> ProducerEntry | None:
         return self._entries.get(producer_id)
+
+    def entries(self) -> list[tuple[int, ProducerEntry]]:
+        """Every producer this partition knows, by producer id."""
+        return sorted(self._entries.items())
 
     def check(self, header: BatchHeader) -> SequenceVerdict:
         if not header.has_producer_id or header.base_sequence == NO_SEQUENCE:
@@ -114,6 +120,7 @@ class ProducerStateTable:
             self._entries[header.producer_id] = entry
         elif header.producer_epoch < entry.producer_epoch:
             return
+        entry.last_timestamp_ms = header.max_timestamp_ms
         if header.base_sequence != NO_SEQUENCE:
             entry.batches.append(BatchMetadata(header.base_sequence, header.last_sequence, header.base_offset, header.last_offset))
 

@@ -38,6 +38,7 @@ class ApiKey(IntEnum):
     ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
+    DESCRIBE_PRODUCERS = 61
     # Node-to-controller APIs (KRaft); served by the controller, not advertised to clients.
     ALTER_PARTITION = 56
     BROKER_REGISTRATION = 62
@@ -81,6 +82,7 @@ SUPPORTED_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.ELECT_LEADERS: VersionRange(0, 2),
     ApiKey.DELETE_GROUPS: VersionRange(0, 2),
     ApiKey.OFFSET_DELETE: VersionRange(0, 0),
+    ApiKey.DESCRIBE_PRODUCERS: VersionRange(0, 0),
 }
 
 

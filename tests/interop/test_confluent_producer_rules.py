@@ -1,6 +1,6 @@
 """Kafka's producer-side rules as confluent-kafka meets them, on one and three brokers: an
 idempotent producer gets its own producer id (InitProducerId without a transactional id) and
-writes each record once, in order; a user topic named "__..." is an ordinary topic, while
+writes each record once, in order, and DescribeProducers (kafka-python) lists both producers; a user topic named "__..." is an ordinary topic, while
 appends to Kafka's internal topics are refused."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import time
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaAdminClient, TopicPartition as KPTopicPartition
 
 TIMEOUT_S = 15
 
@@ -46,6 +47,17 @@ def test_idempotent_confluent_producers_write_each_record_once_in_order(interop_
     assert _produce(interop_cluster, topic, first, **config) == [None] * len(first)
     assert _produce(interop_cluster, topic, second, **config) == [None] * len(second)
     assert _read_all(interop_cluster, topic, 400) == first + second
+    # Two producers, two producer ids (InitProducerId gives each a new one), each at its last
+    # sequence on the partition, as kafka-python's describe_producers reads them from the leader.
+    admin = KafkaAdminClient(bootstrap_servers=interop_cluster.bootstrap_servers, request_timeout_ms=TIMEOUT_S * 1000)
+    try:
+        (state,) = admin.describe_producers([KPTopicPartition(topic, 0)]).values()
+    finally:
+        admin.close()
+    producers = state.active_producers
+    assert len({p.producer_id for p in producers}) == 2
+    assert [(p.producer_epoch, p.last_sequence, p.current_transaction_start_offset) for p in producers] == [(0, 199, -1)] * 2
+    assert all(p.last_timestamp > 1_700_000_000_000 for p in producers)
 
 
 def test_a_double_underscore_user_topic_is_created_written_and_read(interop_cluster, names) -> None:

@@ -103,7 +103,7 @@ COVERAGE: dict[type, dict[str, str]] = {
         "describe_cluster": "test_cluster.py::test_kafka_python_describe_cluster",
         "delete_groups": DG + "test_kafka_python_delete_groups_and_offsets_of_an_empty_group",
         "delete_group_offsets": DG + "test_confluent_delete_consumer_groups_and_kafka_python_delete_group_offsets",
-        "describe_producers": "DescribeProducers not served yet (issue 13): not covered",
+        "describe_producers": "test_confluent_producer_rules.py::test_idempotent_confluent_producers_write_each_record_once_in_order",
         **{name: "API not served (reassignment, log dirs, quorum, features, config listing): not covered"
            for name in ("alter_partition_reassignments", "list_partition_reassignments", "alter_replica_log_dirs", "describe_log_dirs",
                         "describe_metadata_quorum", "describe_features", "update_features", "list_config_resources",

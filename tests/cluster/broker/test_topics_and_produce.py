@@ -186,6 +186,22 @@ def test_init_producer_id_without_transactional_id_always_gives_a_new_id() -> No
     assert third.producer_id not in (first.producer_id, again.producer_id) and third.producer_epoch == 0
 
 
+def test_describe_producers_lists_a_partitions_idempotent_producers() -> None:
+    driver = CoreDriver()
+    create_topic(driver, "t", 1)
+    pid = init_producer_id(driver).producer_id
+    produce(driver, "t", 0, batch([b"a", b"b"], pid, 0, 0, timestamp_ms=1_700_000_000_000))
+    produce(driver, "t", 0, batch([b"c"], pid, 0, 2, timestamp_ms=1_700_000_005_000))
+    produce(driver, "t", 0, batch([b"plain"]))  # no producer id: not listed
+    topic_cls = driver.request_class(ApiKey.DESCRIBE_PRODUCERS, 0, "TopicRequest")
+    body = driver.call(ApiKey.DESCRIBE_PRODUCERS, 0, topics=(topic_cls(name="t", partition_indexes=(0, 7)), topic_cls(name="nope", partition_indexes=(0,))))
+    (here, missing), (unknown,) = body.topics[0].partitions, body.topics[1].partitions
+    assert here.error_code is ErrorCode.none
+    assert [(p.producer_id, p.producer_epoch, p.last_sequence, p.last_timestamp, p.coordinator_epoch, p.current_txn_start_offset)
+            for p in here.active_producers] == [(pid, 0, 2, 1_700_000_005_000, -1, -1)]
+    assert missing.error_code is ErrorCode.unknown_topic_or_partition and unknown.error_code is ErrorCode.unknown_topic_or_partition
+
+
 def test_deduplication_survives_restart_and_crash() -> None:
     driver = CoreDriver({"log.flush.interval.messages": "1"})
     create_topic(driver, "t", 1)

@@ -117,6 +117,23 @@ def test_session_expiry_removes_a_silent_member_and_rebalances() -> None:
     assert rejoined.done and rejoined.body.generation_id == generation + 1 and len(rejoined.body.members) == 1
 
 
+def test_a_wall_clock_jump_on_the_coordinator_neither_expires_nor_extends_sessions() -> None:
+    # Kafka's classic coordinator times sessions in its purgatory's timing wheel, which runs on
+    # Time.hiResClockMs (System.nanoTime), and expires a member by a flag (hasSatisfiedHeartbeat),
+    # not by comparing wall times: a libfaketime skew (wall time only) does not touch them.
+    driver = group_driver()
+    a, b, generation = _form_group_of_two(driver)
+    driver.clock.wall_offset_ms += 10 * SESSION_MS
+    driver.scheduler.advance(SESSION_MS / 2)
+    assert heartbeat(driver, a, generation) is ErrorCode.none
+    assert heartbeat(driver, b, generation) is ErrorCode.none
+    driver.clock.wall_offset_ms -= 20 * SESSION_MS
+    for _ in range(3):
+        driver.scheduler.advance(SESSION_MS / 2)
+        assert heartbeat(driver, a, generation) in (ErrorCode.none, ErrorCode.rebalance_in_progress)
+    assert b not in driver.broker.groups.groups["g"].members
+
+
 def test_leave_group_v3_members_array() -> None:
     driver = group_driver()
     a, b, _ = _form_group_of_two(driver)
@@ -333,3 +350,9 @@ def test_a_static_member_that_restarts_keeps_its_assignment_without_a_rebalance_
     assert [m.error_code for m in left.members] == [ErrorCode.none]
     assert list(driver.broker.groups.groups["g"].members) == [b]
     assert heartbeat(driver, b, 2) is ErrorCode.rebalance_in_progress
+
+
+def test_group_deletions_before_the_coordinator_is_ready_say_not_coordinator() -> None:
+    driver = CoreDriver()  # no __consumer_offsets yet: this broker coordinates no group
+    assert delete_groups(driver, "g") == [("g", ErrorCode.not_coordinator)]
+    assert offset_delete(driver, "g", "t") == (ErrorCode.not_coordinator, {})

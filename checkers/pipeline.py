@@ -32,6 +32,7 @@ from checkers.explain import explain
 from checkers.findings import Findings
 from checkers.frames import RUN, Frames, build_frames, load_history, persist, unpersist
 from checkers.kafka import KAFKA_CHECKS
+from checkers.progress import FinalPhase, progress_errors
 from checkers.result import Anomaly, CheckerError, CheckResult, Witness, merge_valid
 
 MAX_WITNESSES = 8
@@ -107,7 +108,8 @@ def _describe(exc: BaseException) -> str:
 
 def check_runs(source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
                inputs: ClaimInputs | Mapping[str, ClaimInputs], spark: SparkSession,
-               *, realtime: bool = True, fused: bool = True) -> dict[str, CheckResult]:
+               *, realtime: bool = True, fused: bool = True,
+               final_phases: FinalPhase | Mapping[str, FinalPhase] | None = None) -> dict[str, CheckResult]:
     """Check every run in the given Parquet histories in one job; run id → CheckResult.
 
     `inputs` is one ClaimInputs for all runs or a mapping run id → ClaimInputs. `fused`
@@ -122,7 +124,7 @@ def check_runs(source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
     else:
         durable = sorted(run for run, run_inputs in inputs.items() if acked_writes_durable(run_inputs))
     found = fused_pass.findings(history, durable) if fused else per_check_findings(history, durable)
-    return _results(found, inputs, realtime=realtime, started=started)
+    return _results(found, inputs, realtime=realtime, started=started, final_phases=final_phases or {})
 
 
 def per_check_findings(history: DataFrame, durable: bool | list[str]) -> Findings:
@@ -153,7 +155,7 @@ def per_check_findings(history: DataFrame, durable: bool | list[str]) -> Finding
 
 
 def _results(findings: Findings, inputs: ClaimInputs | Mapping[str, ClaimInputs], *, realtime: bool,
-             started: float) -> dict[str, CheckResult]:
+             started: float, final_phases: FinalPhase | Mapping[str, FinalPhase]) -> dict[str, CheckResult]:
     stats = findings.stats
     results: dict[str, CheckResult] = {}
     for run in sorted(stats):
@@ -179,7 +181,8 @@ def _results(findings: Findings, inputs: ClaimInputs | Mapping[str, ClaimInputs]
                                                        for c in found_cycles[:MAX_WITNESSES]])
             except Exception as exc:
                 errors.append(CheckerError("cycles", _describe(exc) + "\n" + traceback.format_exc(limit=3)))
-        results[run] = _result(run_inputs, found, errors, stats[run])
+        final_phase = final_phases if isinstance(final_phases, FinalPhase) else final_phases.get(run)
+        results[run] = _result(run_inputs, found, errors, stats[run], final_phase)
     elapsed = time.perf_counter() - started
     for result in results.values():
         result.stats["check_s"] = round(elapsed, 3)
@@ -190,7 +193,7 @@ WRITE_FS = ("send", "txn")  # the ops that write
 
 
 def _result(inputs: ClaimInputs, found: dict[str, tuple[int, list[Witness]]], errors: list[CheckerError],
-            stats: dict[str, Any]) -> CheckResult:
+            stats: dict[str, Any], final_phase: FinalPhase | None = None) -> CheckResult:
     claims = claims_for(inputs)
     skip = NOT_APPLICABLE.get(inputs.workload, frozenset())
     anomalies = []
@@ -210,16 +213,21 @@ def _result(inputs: ClaimInputs, found: dict[str, tuple[int, list[Witness]]], er
         # duplicates; a read of a failed write is itself an anomaly, G1a.)
         errors = errors + [CheckerError("history", "every send failed (no send or txn op completed ok or info): "
                                                    "nothing was written, so no claim was exercised")]
+    # A run that made no progress (Jepsen's stats check) exercised nothing: unknown.
+    errors = errors + progress_errors(stats.get("by_f", {}), final_phase)
     verdicts = [False if not a.allowed else True for a in anomalies]
     verdicts += ["unknown"] * len(errors)
     return CheckResult(valid=merge_valid(verdicts), claims=claims, anomalies=anomalies, errors=errors, stats=stats)
 
 
 def check_run(source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], inputs: ClaimInputs,
-              spark: SparkSession, *, realtime: bool = True, fused: bool = True) -> CheckResult:
-    """Check the one run in `source` (a run directory or Parquet path(s))."""
+              spark: SparkSession, *, realtime: bool = True, fused: bool = True,
+              final_phase: FinalPhase | None = None) -> CheckResult:
+    """Check the one run in `source` (a run directory or Parquet path(s)). `final_phase`: the
+    ops after the final heal, if the run had one (checkers/progress.py)."""
     try:
-        results = check_runs(source, inputs, spark, realtime=realtime, fused=fused)
+        results = check_runs(source, inputs, spark, realtime=realtime, fused=fused,
+                             final_phases=final_phase)
     except Exception as exc:
         return CheckResult(valid="unknown", claims=claims_for(inputs),
                            errors=[CheckerError("pipeline", _describe(exc))])

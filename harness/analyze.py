@@ -61,6 +61,7 @@ def analyze_run(run_dir: str | Path, *, spark_master: str | None = None,
     HistoryFormatError for bad inputs; a checker that fails makes the verdict unknown."""
     from checkers.claims import ClaimInputError, ClaimInputs, with_faults
     from checkers.pipeline import check_run
+    from checkers.progress import FinalPhase
     from checkers.spark import make_spark
 
     run_path = Path(run_dir)
@@ -90,7 +91,8 @@ def analyze_run(run_dir: str | Path, *, spark_master: str | None = None,
         if stats.incomplete_ops:
             notes.append(f"{stats.incomplete_ops} operation(s) never completed; counted as unknown (info) outcomes")
     spark = make_spark(spark_master=spark_master, spark_conf=spark_conf, small=stats.rows < 2_000_000)
-    result = check_run(run_path, inputs, spark)
+    final_phase = None if stats.final_by_f is None else FinalPhase(stats.final_by_f)
+    result = check_run(run_path, inputs, spark, final_phase=final_phase)
     result.stats.setdefault("history_ops", stats.ops)
     result.stats.setdefault("torn_tail", stats.torn_tail)
     result.stats.setdefault("incomplete_ops", stats.incomplete_ops)

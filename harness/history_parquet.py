@@ -77,6 +77,9 @@ class ConversionStats:
     # Fault kinds that ran (`start-<kind>` nemesis ops; see `faults_that_ran`): the claims
     # excuse some anomalies only after a fault (checkers/claims.py).
     faults: frozenset[str] = frozenset()
+    # Client ops completed after the harness's final heal (the first nemesis op marked `heal`),
+    # f → type → ops, or None when the history has no final heal (a run without faults).
+    final_by_f: dict[str, dict[str, int]] | None = None
 
 
 def iter_history_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, Op]]:
@@ -256,9 +259,12 @@ def history_tables(numbered_ops: Iterable[tuple[int, Op]], *, path: str | os.Pat
     buf = _RowBuffer()
     counts: dict[str, Any] = {"ops": 0, "rows": 0, "incomplete_ops": 0, "lines": 0}
     nemesis_starts: dict[str, list[int]] = {}
+    final_by_f: dict[str, dict[str, int]] | None = None
     for number, op in numbered_ops:
         counts["lines"] += 1
         if op.process == NEMESIS:
+            if final_by_f is None and op.extra.get("heal"):
+                final_by_f = {}  # the final phase starts at the final heal (harness/run.py)
             # Left out of the table (not checked), but the claims need to know which faults ran.
             if op.f.startswith("start-"):
                 clean_errored = nemesis_starts.setdefault(op.f[len("start-"):], [0, 0])
@@ -284,6 +290,9 @@ def history_tables(numbered_ops: Iterable[tuple[int, Op]], *, path: str | os.Pat
         except ValueError as exc:
             raise HistoryFormatError(path, number, str(exc)) from None
         counts["ops"] += 1
+        if final_by_f is not None:
+            by_type = final_by_f.setdefault(op.f, {})
+            by_type[op.type] = by_type.get(op.type, 0) + 1
         if len(buf) >= row_group_rows:
             yield buf.table()
             buf.clear()
@@ -295,11 +304,15 @@ def history_tables(numbered_ops: Iterable[tuple[int, Op]], *, path: str | os.Pat
             raise HistoryFormatError(path, 0, f"op {invoke.index}: {exc}") from None
         counts["ops"] += 1
         counts["incomplete_ops"] += 1
+        if final_by_f is not None:
+            by_type = final_by_f.setdefault(invoke.f, {})
+            by_type["info"] = by_type.get("info", 0) + 1
     if len(buf) or counts["rows"] == 0:
         yield buf.table()
     if stats is not None:
         stats.update(counts)
         stats["faults"] = faults_that_ran(nemesis_starts)
+        stats["final_by_f"] = final_by_f
 
 
 def faults_that_ran(starts: dict[str, list[int]]) -> frozenset[str]:
@@ -366,7 +379,8 @@ def convert_history(history_path: str | os.PathLike[str], out_dir: str | os.Path
                             row_group_rows=row_group_rows, stats=counts)
     write_tables(tables, out_dir, run_id)
     return ConversionStats(lines=counts["lines"], ops=counts["ops"], rows=counts["rows"],
-                           incomplete_ops=counts["incomplete_ops"], torn_tail=torn, faults=counts["faults"])
+                           incomplete_ops=counts["incomplete_ops"], torn_tail=torn, faults=counts["faults"],
+                           final_by_f=counts["final_by_f"])
 
 
 def _has_torn_tail(path: str | os.PathLike[str]) -> bool:

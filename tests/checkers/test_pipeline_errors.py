@@ -102,8 +102,9 @@ def test_a_run_whose_every_send_failed_is_unknown_not_valid(spark, tmp_path, fus
     result = check_run(to_parquet({"r": h}, tmp_path / "r"), ClaimInputs(acks="all", min_insync_replicas=2), spark,
                        fused=fused)
     assert result.valid == "unknown" and result.anomalies == []
-    assert [e.checker for e in result.errors] == ["history"]
+    assert [e.checker for e in result.errors] == ["history", "progress"]
     assert "every send failed" in result.errors[0].error
+    assert result.errors[1].error == "no send op completed ok (1 fail): the run never exercised send"
 
     h.send(0, 1, 101, 0)
     h.poll(1, {1: [(0, 101)]})

@@ -7,11 +7,8 @@ import re
 import uuid
 
 from cluster.broker.env import Rng
+from cluster.metadata.image import INTERNAL_TOPICS, OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC  # noqa: F401 - re-exported
 
-OFFSETS_TOPIC = "__consumer_offsets"
-TRANSACTION_STATE_TOPIC = "__transaction_state"
-# Kafka's Topic.isInternal: only these two; other "__"-prefixed names are ordinary user topics.
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 _LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
 

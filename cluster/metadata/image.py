@@ -57,6 +57,12 @@ class PartitionState:
         return self.leader != NO_LEADER
 
 
+# Kafka's Topic.isInternal: only these two; other "__"-prefixed names are ordinary user topics.
+OFFSETS_TOPIC = "__consumer_offsets"
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
+
+
 @dataclass(slots=True)
 class TopicImage:
     name: str
@@ -70,7 +76,7 @@ class TopicImage:
 
     @property
     def is_internal(self) -> bool:
-        return self.name.startswith("__")
+        return self.name in INTERNAL_TOPICS
 
 
 @dataclass(slots=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaAdminClient, TopicPartition as KPTopicPartition
 
@@ -82,3 +82,15 @@ def test_producing_to_the_offsets_topic_is_an_invalid_topic_error(interop_cluste
     errors = _produce(interop_cluster, "__consumer_offsets", [b"forged"], **{"message.send.max.retries": 0})
     assert len(errors) == 1 and isinstance(errors[0], KafkaError)
     assert errors[0].code() == KafkaError.TOPIC_EXCEPTION, errors[0]
+
+
+def test_a_user_topic_named_with_two_underscores_is_not_internal_and_can_be_deleted(interop_cluster, names) -> None:
+    # Kafka's Topic.isInternal names only __consumer_offsets and __transaction_state: Metadata
+    # reports any other "__" topic as a user topic, and DeleteTopics deletes it.
+    topic = f"__{names}"
+    admin = AdminClient({"bootstrap.servers": interop_cluster.bootstrap_servers})
+    admin.create_topics([NewTopic(topic, 1, 1)], operation_timeout=TIMEOUT_S)[topic].result(TIMEOUT_S)
+    described = admin.describe_topics(TopicCollection([topic]), request_timeout=TIMEOUT_S)[topic].result(TIMEOUT_S)
+    assert described.is_internal is False
+    admin.delete_topics([topic], operation_timeout=TIMEOUT_S)[topic].result(TIMEOUT_S)
+    assert topic not in admin.list_topics(timeout=TIMEOUT_S).topics

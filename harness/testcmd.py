@@ -68,6 +68,20 @@ IDEMPOTENT_MAX_IN_FLIGHT = "5"
 JEPSEN_MAX_IN_FLIGHT = "1000000"  # Jepsen's non-idempotent producer: unbounded, so retries reorder
 
 
+def _conflicts_with_idempotence(overrides: dict[str, str]) -> bool:
+    acks = overrides.get("acks", overrides.get("request.required.acks"))
+    if acks is not None and str(acks).strip().lower() not in ("all", "-1"):
+        return True
+    retries = overrides.get("retries", overrides.get("message.send.max.retries"))
+    if retries is not None and str(retries).strip() == "0":
+        return True
+    in_flight = next((overrides[k] for k in IN_FLIGHT_KEYS if k in overrides), None)
+    try:
+        return in_flight is not None and int(str(in_flight)) > int(IDEMPOTENT_MAX_IN_FLIGHT)
+    except ValueError:
+        return False  # librdkafka names the bad value itself
+
+
 def effective_client_config(defaults: dict[str, str], overrides: dict[str, str]) -> dict[str, str]:
     """The workload's defaults under the user's --client-config. A transactional.id turns
     idempotence on (librdkafka refuses one without it). Unless the user chose a value (then
@@ -76,8 +90,12 @@ def effective_client_config(defaults: dict[str, str], overrides: dict[str, str])
     non-idempotent one Jepsen's unbounded in-flight requests."""
     config = {**defaults, **overrides}
     if "transactional.id" in config and "enable.idempotence" not in overrides:
-        # Transactions need idempotence; Jepsen's base spells it out as false.
-        config["enable.idempotence"] = "true"
+        config["enable.idempotence"] = "true"  # transactions need idempotence
+    elif "enable.idempotence" not in overrides and _conflicts_with_idempotence(overrides):
+        # The default idempotence is a default, as in Kafka's Java client (3.0+), which turns
+        # it off when the user asks for what it cannot give (acks other than all, no retries,
+        # more than 5 in flight); librdkafka would refuse the producer instead.
+        config["enable.idempotence"] = "false"
     idempotent = (str(config.get("enable.idempotence", "false")).strip().lower() in ("true", "1", "yes")
                   or "transactional.id" in config)
     if not any(key in overrides for key in IN_FLIGHT_KEYS):

@@ -4,9 +4,9 @@ checkers, judged against the claims the configuration makes.
 - The safe configuration (acks=all, idempotence, min ISR 2, unclean election off) under
   kills and partitions must check valid.
 - Unclean election under the seed articles' "When Brokers Are Down" sequence must lose
-  acknowledged writes: lost-write with witnesses, invalid, exit code 1. The client asked for
-  durability (acks=all against min ISR 2); the unclean-election switch is the system breaking
-  that promise, which is what the run must catch.
+  acknowledged writes: lost-write with witnesses. Kafka documents that loss (design.html: an
+  out-of-sync replica elected leader loses committed messages), so the claims list it as
+  allowed, citing the rule, instead of calling the cluster broken (README, Claims).
 - acks=1 when a leader dies alone with its acknowledged records loses writes too, but
   acks=1 makes no durability claim: the run is valid and lists the anomaly.
 """
@@ -88,10 +88,14 @@ def test_unclean_election_when_brokers_are_down_loses_acknowledged_writes(tmp_pa
     found = anomalies(verdict)
     assert "lost-write" in found, json.dumps(verdict, indent=1)[:4000]
     lost = found["lost-write"]
-    assert lost["allowed"] is False and "acked-writes-durable" in lost["violates"], lost
     assert lost["witnesses"] and all(w["op_indices"] for w in lost["witnesses"])
-    assert verdict["valid"] is False, "unclean election lost acknowledged writes, yet the run checked valid"
-    assert out.returncode == 1
+    # The loss, and the offsets the elected replica hands out again, are what the documented
+    # rule allows for this configuration and these faults.
+    for name in ("lost-write", "unseen", "inconsistent-offsets"):
+        assert name not in found or (found[name]["allowed"] is True and found[name]["violates"] == []), found[name]
+    durable = {c["name"]: c for c in verdict["claims"]}["acked-writes-durable"]
+    assert durable["holds"] is False, durable
+    assert "unclean.leader.election.enable=true" in durable["reason"] and "design.html" in durable["reason"], durable
 
 
 @pytest.mark.slow

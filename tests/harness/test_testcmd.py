@@ -147,3 +147,16 @@ def test_the_default_producer_is_idempotent_as_kafkas_since_3_0_and_librdkafka_a
     assert (plain.client_config["acks"], plain.client_config["enable.idempotence"]) == ("all", "true")
     assert plain.client_config["max.in.flight.requests.per.connection"] == "5"
     Producer(producer_config(dict(plain.client_config), "127.0.0.1:9")).flush(0)
+
+
+@pytest.mark.parametrize("switch", ["acks=1", "acks=0", "retries=0", "max.in.flight.requests.per.connection=10"])
+def test_the_default_idempotence_gives_way_to_settings_it_cannot_serve_as_in_kafkas_java_client(switch):
+    from confluent_kafka import Producer
+
+    from workloads.clients.confluent import producer_config
+
+    spec = _spec("--client-config", switch)
+    assert spec.client_config["enable.idempotence"] == "false"
+    Producer(producer_config(dict(spec.client_config), "127.0.0.1:9")).flush(0)  # librdkafka accepts it
+    explicit = _spec("--client-config", switch, "--client-config", "enable.idempotence=true")
+    assert explicit.client_config["enable.idempotence"] == "true"  # the user's own choice stays

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -18,6 +19,24 @@ if TYPE_CHECKING:
     from cluster.broker.broker import Broker
 
 NO_THROTTLE = datetime.timedelta(0)
+
+
+def forward_to_controller(broker: Broker, request: Request, failed: Callable[[ErrorCode, str | None], None],
+                          on_answer: Callable[[Any], None]) -> None:
+    """Forward a client's admin request to the controller as the client sent it; the
+    controller's answer goes to `on_answer`. A broker that has not reached the controller, or
+    a lost or timed-out request, fails the whole request with the error a client retries on."""
+
+    def done(result: Any) -> None:
+        if not result.ok:
+            failed(ErrorCode.request_timed_out if "timed out" in (result.error or "") else ErrorCode.not_controller, result.error)
+        else:
+            on_answer(result.body)
+
+    if not broker.controller_client.registered:
+        failed(ErrorCode.not_controller, "this broker has not reached the controller yet")
+        return
+    broker.controller_client.forward(request.api_key, request.api_version, request.body, done)
 
 
 def handle_create_partitions(broker: Broker, request: Request, reply: Reply) -> None:
@@ -41,11 +60,7 @@ def handle_create_partitions(broker: Broker, request: Request, reply: Reply) -> 
         image = broker.topics.by_name(name)
         return image is not None and image.num_partitions >= wanted[name]
 
-    def done(result: Any) -> None:
-        if not result.ok:
-            all_failed(ErrorCode.request_timed_out if "timed out" in (result.error or "") else ErrorCode.not_controller, result.error)
-            return
-        body = result.body
+    def answered_by_controller(body: Any) -> None:
         added = [r.name for r in body.results if r.error_code == ErrorCode.none]
         if request.body.validate_only or not added or timeout_ms <= 0:
             finish(body)
@@ -65,11 +80,7 @@ def handle_create_partitions(broker: Broker, request: Request, reply: Reply) -> 
         broker.when_metadata(visible)
         broker.scheduler.call_later(timeout_ms, timed_out)
 
-    if not broker.controller_client.registered:
-        all_failed(ErrorCode.not_controller, "this broker has not reached the controller yet")
-        return
-    # The controller client has no per-API method for this: the body goes as the client sent it.
-    broker.controller_client._send(ApiKey.CREATE_PARTITIONS, version, request.body, done)
+    forward_to_controller(broker, request, all_failed, answered_by_controller)
 
 
 def handle_elect_leaders(broker: Broker, request: Request, reply: Reply) -> None:
@@ -81,13 +92,4 @@ def handle_elect_leaders(broker: Broker, request: Request, reply: Reply) -> None
         body = build(response_class(ApiKey.ELECT_LEADERS, version), throttle_time=NO_THROTTLE, error_code=error, replica_election_results=())
         reply(broker.respond(request, body))
 
-    def done(result: Any) -> None:
-        if not result.ok:
-            failed(ErrorCode.request_timed_out if "timed out" in (result.error or "") else ErrorCode.not_controller, result.error)
-        else:
-            reply(broker.respond(request, result.body))
-
-    if not broker.controller_client.registered:
-        failed(ErrorCode.not_controller, "this broker has not reached the controller yet")
-        return
-    broker.controller_client._send(ApiKey.ELECT_LEADERS, version, request.body, done)
+    forward_to_controller(broker, request, failed, lambda body: reply(broker.respond(request, body)))

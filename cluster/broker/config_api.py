@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from cluster.broker.admin_api import forward_to_controller
 from cluster.broker.env import Reply
 from cluster.protocol.codec import Request, build, payload_class, response_class
 from cluster.protocol.versions import ApiKey
@@ -169,14 +170,4 @@ def handle_alter_configs(broker: Broker, request: Request, reply: Reply) -> None
                         for r in request.body.resources)
         reply(broker.respond(request, build(response_class(request.api_key, request.api_version), throttle_time=NO_THROTTLE, responses=results)))
 
-    def done(result: Any) -> None:
-        if not result.ok:
-            failed(ErrorCode.request_timed_out if "timed out" in (result.error or "") else ErrorCode.not_controller, result.error)
-        else:
-            reply(broker.respond(request, result.body))
-
-    if not broker.controller_client.registered:
-        failed(ErrorCode.not_controller, "this broker has not reached the controller yet")
-        return
-    # The controller client has no per-API method for these: the body goes as the client sent it.
-    broker.controller_client._send(request.api_key, request.api_version, request.body, done)
+    forward_to_controller(broker, request, failed, lambda body: reply(broker.respond(request, body)))

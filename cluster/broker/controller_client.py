@@ -118,6 +118,11 @@ class ControllerClient:
     def _send(self, api_key: int, version: int, body: Any, on_done: Callable[[OutboundResult], None], timeout_ms: int | None = None) -> None:
         self.outbound.send(self.controller, api_key, version, body, on_done, timeout_ms or self.config.controller_request_timeout_ms)
 
+    def forward(self, api_key: int, version: int, body: Any, on_done: Callable[[OutboundResult], None]) -> None:
+        """Send a client's admin request (CreatePartitions, ElectLeaders, AlterConfigs...) to
+        the controller as the client sent it: the controller decides those."""
+        self._send(api_key, version, body, on_done)
+
     # ---- registration and heartbeats ---------------------------------------------------
 
     def _register(self) -> None:

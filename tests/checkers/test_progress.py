@@ -11,7 +11,7 @@ from checkers.result import CheckResult
 from harness.cli import main
 
 from .builder import History
-from .test_analyze_cli import SPEC, make_run
+from .test_analyze_cli import SPEC, lossy, make_run
 
 SPARK = ["--spark-conf", "spark.sql.shuffle.partitions=2"]
 
@@ -79,12 +79,7 @@ def test_an_op_kind_that_never_succeeds_gives_unknown(spark, tmp_path, capsys):
 
 def test_an_anomaly_still_makes_a_stalled_run_invalid(spark, tmp_path, capsys):
     # false beats unknown: what was found stays found.
-    h = History()
-    h.send(0, 1, 100, 0)
-    h.send(0, 1, 101, 1)
-    h.send(0, 1, 102, 2)
-    h.assign(1, [1])
-    h.poll(1, {1: [(0, 100), (2, 102)]})
+    h = lossy()
     h.subscribe(2, [1], typ="fail")
     code, result, out = analyze(make_run(tmp_path, h), capsys)
     assert code == 1 and result.valid is False, out

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -223,14 +225,25 @@ def test_a_combined_schedule_heals_back_to_a_whole_cluster():
 
 
 def test_without_root_the_namespace_comes_from_a_user_namespace():
-    # As user nobody. Debian's python3 runs the sandbox: the project's virtualenv lives
-    # under /root here, which nobody cannot enter. The sandbox needs only the stdlib.
-    check = ("test \"$(id -u)\" = 0 && test -n \"$LOGQUAKE_NETNS\" && ip link show lo | grep -q UP "
-             "&& nft add table inet rootless && nft list tables")
-    result = subprocess.run(
-        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-         "/usr/bin/python3", "-m", "nemeses.net.sandbox", "sh", "-c", check],
-        capture_output=True, text=True, timeout=60, cwd="/", env={"PATH": os.environ["PATH"], "PYTHONPATH": PROJECT_ROOT})
+    # As user nobody, with Debian's python3: the project (and its virtualenv) may live under
+    # /root, mode 700, which nobody cannot enter (a fresh server where root cloned it). The
+    # sandbox needs only the stdlib and its own package, so nobody gets a readable copy of it.
+    readable = Path(tempfile.mkdtemp(prefix="logquake-rootless-", dir="/tmp"))
+    try:
+        for module in ("nemeses/__init__.py", "nemeses/net/__init__.py", "nemeses/net/sandbox.py", "nemeses/net/init.py"):
+            (readable / module).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(Path(PROJECT_ROOT) / module, readable / module)
+        for directory in [readable, *(d for d in readable.rglob("*") if d.is_dir())]:
+            directory.chmod(0o755)
+        check = ("test \"$(id -u)\" = 0 && test -n \"$LOGQUAKE_NETNS\" && ip link show lo | grep -q UP "
+                 "&& nft add table inet rootless && nft list tables")
+        result = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+             "/usr/bin/python3", "-m", "nemeses.net.sandbox", "sh", "-c", check],
+            capture_output=True, text=True, timeout=60, cwd="/",
+            env={"PATH": os.environ["PATH"], "PYTHONPATH": str(readable), "PYTHONDONTWRITEBYTECODE": "1"})
+    finally:
+        shutil.rmtree(readable, ignore_errors=True)
     assert result.returncode == 0, result.stderr
     assert "table inet rootless" in result.stdout
     assert "rootless" not in host_tables()

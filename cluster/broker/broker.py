@@ -365,7 +365,8 @@ class Broker:
         now_ms = self.clock.wall_ms()
         self._append_group_records(
             group.group_id,
-            lambda base, epoch: group_batch(group.group_id, group.generation_id, group.protocol_type, group.protocol_name, now_ms, base, epoch),
+            lambda base, epoch: group_batch(group.group_id, group.generation_id, group.protocol_type, group.protocol_name, group.leader_id,
+                                            self.groups.stored_members(group), now_ms, base, epoch),
             now_ms, lambda error: done(group_store_error(error)))
 
     def _persist_deletion(self, group_id: str, partitions: list[tuple[str, int]], delete_group: bool, done: Callable[[ErrorCode], None]) -> None:
@@ -422,7 +423,8 @@ class Broker:
                         if self.topics.by_name(record.topic) is not None:
                             self.groups.restore_offset(record.group_id, record.topic, record.partition, record.committed)
                     elif isinstance(record, GroupRecord):
-                        self.groups.restore_group(record.group_id, record.generation_id, record.protocol_type, record.protocol_name)
+                        self.groups.restore_group(record.group_id, record.generation_id, record.protocol_type, record.protocol_name,
+                                                  record.leader_id, record.members)
                     elif isinstance(record, GroupTombstone):
                         self.groups.restore_deletion(record.group_id)
                 position[0] = parse_header(batch).next_offset

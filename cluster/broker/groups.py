@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -105,6 +105,20 @@ class Member:
         return b""
 
 
+@dataclass(frozen=True, slots=True)
+class StoredMember:
+    """One member of a stored generation (Kafka's GroupMetadataValue member): what a new
+    coordinator needs to keep serving it without a rebalance."""
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    subscription: bytes  # its metadata for the generation's protocol
+    assignment: bytes
+
+
 @dataclass(slots=True)
 class Group:
     group_id: str
@@ -166,13 +180,37 @@ class GroupCoordinator:
         group = self.groups.setdefault(group_id, Group(group_id))
         group.offsets[(topic, partition)] = committed
 
-    def restore_group(self, group_id: str, generation_id: int, protocol_type: str | None, protocol_name: str | None) -> None:
-        # Members are not restored: after a restart they rejoin (UNKNOWN_MEMBER_ID tells them
-        # to), but the generation continues so an old member id can never match a new one.
+    def restore_group(self, group_id: str, generation_id: int, protocol_type: str | None, protocol_name: str | None,
+                      leader_id: str | None = None, members: Sequence[StoredMember] = ()) -> None:
+        """The stored generation, with its members as Kafka's coordinator loads them: a group
+        with members is Stable and each member's session timer starts now, so members that keep
+        heartbeating the new coordinator carry on without a rebalance and the others expire.
+        Records from before members were stored restore an empty group: its members rejoin
+        (UNKNOWN_MEMBER_ID), and the generation continues so an old member id never matches."""
         group = self.groups.setdefault(group_id, Group(group_id))
+        for old in group.members.values():
+            if old.session_timer is not None:
+                old.session_timer.cancel()
         group.generation_id = generation_id
         group.protocol_type = protocol_type
         group.protocol_name = protocol_name
+        group.members = {}
+        group.static_members = {}
+        for m in members:
+            member = Member(m.member_id, m.group_instance_id, m.client_id, m.client_host, m.session_timeout_ms, m.rebalance_timeout_ms,
+                            protocol_type or "", [(protocol_name or "", m.subscription)], assignment=m.assignment)
+            group.members[m.member_id] = member
+            if m.group_instance_id is not None:
+                group.static_members[m.group_instance_id] = m.member_id
+            self._touch_session(group, member)
+        group.leader_id = leader_id if leader_id in group.members else None
+        group.state = GroupState.STABLE if group.members and protocol_name else GroupState.EMPTY
+
+    def stored_members(self, group: Group) -> tuple[StoredMember, ...]:
+        """The members as a group record stores them."""
+        return tuple(StoredMember(m.member_id, m.group_instance_id, m.client_id, m.client_host, m.session_timeout_ms,
+                                  m.rebalance_timeout_ms, m.metadata_for(group.protocol_name or ""), m.assignment)
+                     for m in group.members.values())
 
     def restore_deletion(self, group_id: str) -> None:
         """A group tombstone: the group was deleted (DeleteGroups) after the records before it."""
@@ -326,7 +364,17 @@ class GroupCoordinator:
         self._touch_session(group, member)
         log.info("group %s: static member %s rejoined as %s (was %s)", group.group_id, instance_id, new_member_id, old_member_id)
         if group.state is GroupState.STABLE and self._select_protocol(group) == group.protocol_name:
-            reply(JoinResult(ErrorCode.none, group.generation_id, group.protocol_type, group.protocol_name, previous_leader or "", new_member_id))
+            # Stored before the answer, as Kafka does, so a coordinator that takes over knows
+            # the instance's new member id and fences the old one.
+            generation = group.generation_id
+
+            def stored(error: ErrorCode) -> None:
+                if error is not ErrorCode.none:
+                    reply(JoinResult(error, member_id=new_member_id))
+                    return
+                reply(JoinResult(ErrorCode.none, generation, group.protocol_type, group.protocol_name, previous_leader or "", new_member_id))
+
+            self._persist_group(group, stored)
         elif group.state is GroupState.PREPARING_REBALANCE:
             member.awaiting_join = reply
             self._maybe_complete_join(group)

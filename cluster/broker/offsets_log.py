@@ -4,17 +4,19 @@ no client reads it).
 A group's records go to partition `abs(java_hash(group_id)) % partitions`, as in Kafka, so
 the later multi-broker coordinator is the leader of that partition. Keys and values are
 small JSON documents: an offset commit per (group, topic, partition), and a group record
-carrying the generation. Replaying the partitions on startup rebuilds every group's
-committed offsets and generation.
+carrying the generation, its leader and members. Replaying the partitions on startup rebuilds every group's
+committed offsets, generation and members.
 """
 
 from __future__ import annotations
 
+import base64
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 from dataclasses import dataclass
 
-from cluster.broker.groups import CommittedOffset, OffsetToCommit
+from cluster.broker.groups import CommittedOffset, OffsetToCommit, StoredMember
 from cluster.protocol.records import Record, build_batch, read_records
 
 
@@ -43,10 +45,15 @@ def offset_commit_batch(group_id: str, offsets: list[OffsetToCommit], now_ms: in
     return build_batch(records, base_offset=base_offset, timestamp_ms=now_ms, partition_leader_epoch=leader_epoch)
 
 
-def group_batch(group_id: str, generation_id: int, protocol_type: str | None, protocol_name: str | None, now_ms: int, base_offset: int, leader_epoch: int) -> bytes:
+def group_batch(group_id: str, generation_id: int, protocol_type: str | None, protocol_name: str | None, leader_id: str | None,
+                members: Sequence[StoredMember], now_ms: int, base_offset: int, leader_epoch: int) -> bytes:
+    """The group's generation with its leader and members, as Kafka's GroupMetadataValue keeps
+    them, so a new coordinator after failover knows the members (no rebalance) and which member
+    id each static instance holds (KIP-345)."""
     record = Record(
         json.dumps({"type": "group", "group": group_id}, sort_keys=True).encode(),
-        json.dumps({"generation": generation_id, "protocol_type": protocol_type, "protocol": protocol_name}).encode(),
+        json.dumps({"generation": generation_id, "protocol_type": protocol_type, "protocol": protocol_name, "leader": leader_id,
+                    "members": [_member_json(m) for m in members]}).encode(),
     )
     return build_batch([record], base_offset=base_offset, timestamp_ms=now_ms, partition_leader_epoch=leader_epoch)
 
@@ -76,6 +83,8 @@ class GroupRecord:
     generation_id: int
     protocol_type: str | None
     protocol_name: str | None
+    leader_id: str | None = None
+    members: tuple[StoredMember, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +113,20 @@ def decode_batch(batch: bytes | memoryview, where: str) -> Iterator[OffsetRecord
                     CommittedOffset(int(value["offset"]), int(value["leader_epoch"]), str(value["metadata"]), int(value["commit_timestamp_ms"])),
                 )
             elif key["type"] == "group":
-                yield GroupRecord(key["group"], int(value["generation"]), value["protocol_type"], value["protocol"])
+                # Records written before members were stored have neither "leader" nor "members".
+                yield GroupRecord(key["group"], int(value["generation"]), value["protocol_type"], value["protocol"], value.get("leader"),
+                                  tuple(_member_from_json(m) for m in value.get("members", ())))
         except (ValueError, KeyError, TypeError) as error:
             raise ValueError(f"{where} offset {record.offset}: unreadable group record ({error})") from None
+
+
+def _member_json(m: StoredMember) -> dict[str, Any]:
+    return {"member_id": m.member_id, "instance_id": m.group_instance_id, "client_id": m.client_id, "client_host": m.client_host,
+            "session_timeout_ms": m.session_timeout_ms, "rebalance_timeout_ms": m.rebalance_timeout_ms,
+            "subscription": base64.b64encode(m.subscription).decode(), "assignment": base64.b64encode(m.assignment).decode()}
+
+
+def _member_from_json(value: dict[str, Any]) -> StoredMember:
+    return StoredMember(str(value["member_id"]), value["instance_id"], str(value["client_id"]), str(value["client_host"]),
+                        int(value["session_timeout_ms"]), int(value["rebalance_timeout_ms"]),
+                        base64.b64decode(value["subscription"]), base64.b64decode(value["assignment"]))

@@ -156,17 +156,22 @@ def test_commits_are_fenced_by_generation_and_member() -> None:
     assert commit(driver, "x", 3, 99, group="never-seen") is ErrorCode.illegal_generation
 
 
-def test_offsets_and_generation_survive_restart_and_crash() -> None:
+def test_offsets_generation_and_members_survive_restart_and_crash() -> None:
     driver = group_driver({"log.flush.interval.messages": "1"})
     create_topic(driver, "t", 1)
-    a, _, generation = _form_group_of_two(driver)
+    a, b, generation = _form_group_of_two(driver)
     assert commit(driver, a, generation, 42) is ErrorCode.none
     driver.restart()
     driver.await_coordinator(*GROUPS)
     assert fetch_offset(driver) == 42
-    assert heartbeat(driver, a, generation) is ErrorCode.unknown_member_id  # members rejoin after a restart
-    fresh = join(driver)
-    assert fresh.body.generation_id == generation + 1  # generations never repeat
+    # The members come back with the stored generation, as Kafka's coordinator loads them: a
+    # member that keeps heartbeating carries on without a rebalance.
+    assert heartbeat(driver, a, generation) is ErrorCode.none
+    assert heartbeat(driver, "stranger", generation) is ErrorCode.unknown_member_id
+    fresh = join(driver)  # a new member: the restored group rebalances
+    assert heartbeat(driver, a, generation) is ErrorCode.rebalance_in_progress
+    rejoined = [send_join(driver, member, "g", (("range", b"meta"),), 5) for member in (a, b)]
+    assert {p.body.generation_id for p in (fresh, *rejoined)} == {generation + 1}  # generations never repeat
     driver.restart(crash=True)
     driver.await_coordinator(*GROUPS)
     assert fetch_offset(driver) == 42

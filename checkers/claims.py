@@ -56,9 +56,17 @@ class ClaimInputs:
     # Fault kinds that actually ran (the `start-<kind>` nemesis ops of the history, collected
     # by harness/history_parquet.py). Empty until the history is read: nothing is excused.
     faults: frozenset[str] = frozenset()
+    # Where min ISR, unclean election and the replication factor came from, for the claims'
+    # reasons: empty for the bundled cluster (it runs with the typed settings), else the
+    # external cluster's report and what it left unconfirmed (`_reported_by_cluster`).
+    settings_source: str = ""
 
     @classmethod
-    def from_spec_json(cls, spec: Mapping[str, Any]) -> "ClaimInputs":
+    def from_spec_json(cls, spec: Mapping[str, Any], cluster_settings: Mapping[str, Any] | None = None) -> "ClaimInputs":
+        """The inputs of a run from its spec.json and, for an external cluster
+        (`bootstrap_servers`), its cluster-config.json (`cluster_settings`; None when the run
+        directory has none): an external cluster's settings are what it reported, never what
+        the user typed."""
         if not isinstance(spec, Mapping):
             raise ClaimInputError(f"spec must be a JSON object, not {type(spec).__name__}")
         client = spec.get("client_config") or {}
@@ -110,11 +118,19 @@ class ClaimInputs:
         if replication_factor < 1:
             raise ClaimInputError(f"replication_factor: {replication_factor} must be at least 1")
         bug_switches = tuple(name for name in BUG_SWITCHES if _truthy(cluster.get(name), False))
+        min_isr = int_setting(cluster, "min.insync.replicas", 1)
+        unclean = _truthy(cluster.get("unclean.leader.election.enable"), False)
+        lose_unflushed = _truthy(cluster.get("log.crash.lose.unflushed"), False)
+        source = ""
+        if spec.get("bootstrap_servers") is not None:
+            reported = _reported_by_cluster(cluster_settings, requested_rf=replication_factor, typed_min_isr=min_isr)
+            min_isr, unclean, replication_factor = reported.min_isr, reported.unclean, reported.replication_factor
+            lose_unflushed, bug_switches, source = reported.lose_unflushed, reported.bug_switches, reported.source
         return cls(
             workload=workload,
             acks=acks,
-            min_insync_replicas=int_setting(cluster, "min.insync.replicas", 1),
-            unclean_leader_election=_truthy(cluster.get("unclean.leader.election.enable"), False),
+            min_insync_replicas=min_isr,
+            unclean_leader_election=unclean,
             replication_factor=replication_factor,
             idempotence=_truthy(client.get("enable.idempotence"), False) or txn,
             transactional=txn,
@@ -123,9 +139,97 @@ class ClaimInputs:
             commit_mode=commit_mode,
             sub_via=sub_via,
             ww_deps=bool(options.get("ww_deps", True)),
-            lose_unflushed_on_crash=_truthy(cluster.get("log.crash.lose.unflushed"), False),
+            lose_unflushed_on_crash=lose_unflushed,
             bug_switches=bug_switches,
+            settings_source=source,
         )
+
+
+@dataclass(frozen=True)
+class _Reported:
+    min_isr: int
+    unclean: bool
+    replication_factor: int
+    lose_unflushed: bool
+    bug_switches: tuple[str, ...]
+    source: str
+
+
+# An unconfirmed min ISR is taken as at least 2: the stricter reading makes more claims, so
+# a value the cluster never confirmed can only cause a false alarm, never excuse a loss.
+UNCONFIRMED_MIN_ISR = 2
+
+
+def _reported_by_cluster(settings: Mapping[str, Any] | None, *, requested_rf: int, typed_min_isr: int) -> _Reported:
+    """An external run's settings from cluster-config.json (harness/cluster_settings.py):
+    the weakest over every test topic and every reading (after set-up, end): the smallest
+    min ISR and replication factor, unclean election if any topic has it. Fails closed: a
+    value the cluster did not report takes the reading that excuses nothing (unclean
+    election off, min ISR at least 2, the replication factor the topics were created with),
+    and the reason says so, so `valid` never rests on an unconfirmed setting."""
+    readings = settings.get("readings") if isinstance(settings, Mapping) else None
+    if not isinstance(readings, list):
+        readings = []
+    min_isrs: list[int] = []
+    rfs: list[int] = []
+    unclean_topics: set[str] = set()
+    unknown: dict[str, set[str]] = {"min.insync.replicas": set(), "unclean.leader.election.enable": set(),
+                                    "replication factor": set()}
+    topics_seen: set[str] = set()
+    broker_true: set[str] = set()
+    whens: list[str] = []
+    for reading in readings:
+        if not isinstance(reading, Mapping):
+            continue
+        whens.append(str(reading.get("when", "?")))
+        for name, topic in (reading.get("topics") or {}).items():
+            topics_seen.add(name)
+            configs = (topic.get("configs") or {}) if isinstance(topic, Mapping) else {}
+            try:
+                min_isrs.append(int(str(configs["min.insync.replicas"])))
+            except (KeyError, ValueError):
+                unknown["min.insync.replicas"].add(name)
+            raw_unclean = configs.get("unclean.leader.election.enable")
+            if raw_unclean is None or str(raw_unclean).strip().lower() not in ("true", "false"):
+                unknown["unclean.leader.election.enable"].add(name)
+            elif _truthy(raw_unclean, False):
+                unclean_topics.add(name)
+            rf = topic.get("replication_factor") if isinstance(topic, Mapping) else None
+            if isinstance(rf, int) and rf >= 1:
+                rfs.append(rf)
+            else:
+                unknown["replication factor"].add(name)
+        for broker in (reading.get("brokers") or {}).values():
+            for key, value in ((broker.get("configs") or {}) if isinstance(broker, Mapping) else {}).items():
+                if _truthy(value, False):
+                    broker_true.add(key)
+    assumed_min_isr = max(typed_min_isr, UNCONFIRMED_MIN_ISR)
+    nothing = not topics_seen
+    min_isr = min(min_isrs + ([assumed_min_isr] if unknown["min.insync.replicas"] or nothing else []))
+    replication_factor = min(rfs + ([requested_rf] if unknown["replication factor"] or nothing else []))
+    unclean = bool(unclean_topics)
+    if nothing:
+        why = ("cluster-config.json is missing" if settings is None else
+               "cluster-config.json holds no test topic (the cluster could not be read)")
+        source = (f"settings not reported by the external cluster ({why}): assumed min.insync.replicas="
+                  f"{assumed_min_isr}, unclean.leader.election.enable=false, replication factor {requested_rf}, "
+                  "the readings that excuse no loss")
+    else:
+        source = (f"settings reported by the external cluster (Metadata and DescribeConfigs of "
+                  f"{len(topics_seen)} test topic(s) at {', '.join(whens)}; the weakest over them)")
+        assumed = {"min.insync.replicas": f"assumed {assumed_min_isr}",
+                   "unclean.leader.election.enable": "assumed false",
+                   "replication factor": f"assumed {requested_rf}"}
+        gaps = [f"{key} of {', '.join(sorted(names)[:3])}{' …' if len(names) > 3 else ''} not reported, "
+                f"{assumed[key]}" for key, names in unknown.items() if names]
+        if gaps:
+            source += ("; " + "; ".join(gaps) + " (unconfirmed values take the reading that excuses no loss: "
+                       "a false alarm, never a false pass)")
+        if unclean_topics:
+            source += f"; unclean election on for {', '.join(sorted(unclean_topics)[:3])}"
+    return _Reported(min_isr=min_isr, unclean=unclean, replication_factor=replication_factor,
+                     lose_unflushed="log.crash.lose.unflushed" in broker_true,
+                     bug_switches=tuple(name for name in BUG_SWITCHES if name in broker_true), source=source)
 
 
 # Claim names.
@@ -198,7 +302,8 @@ def claims_for(inputs: ClaimInputs) -> list[Claim]:
                       + (f"; not claimed, {allowance}" if allowance else
                          "; no documented Kafka rule allows losing an acknowledged write here")
                       + (f"; {', '.join(inputs.bug_switches)} on: reproduces a Kafka bug, excuses nothing"
-                         if inputs.bug_switches else ""))
+                         if inputs.bug_switches else "")
+                      + (f"; {inputs.settings_source}" if inputs.settings_source else ""))
     read_committed = inputs.isolation_level == "read_committed"
     delivery = inputs.workload == "delivery"
     manual = not inputs.enable_auto_commit

@@ -24,6 +24,7 @@ HISTORY_JSONL = "history.jsonl"
 HISTORY_PARQUET = "history.parquet"
 SPEC_JSON = "spec.json"
 RESULTS_JSON = "results.json"
+CLUSTER_CONFIG_JSON = "cluster-config.json"  # harness/cluster_settings.py: an external cluster's settings
 
 
 class AnalyzeError(ValueError):
@@ -75,8 +76,12 @@ def analyze_run(run_dir: str | Path, *, spark_master: str | None = None,
         raise AnalyzeError(f"{spec_path}: missing (the claims under test come from it)")
     try:
         spec = json.loads(spec_path.read_text(encoding="utf-8"))
-        inputs = ClaimInputs.from_spec_json(spec)
-    except (json.JSONDecodeError, ClaimInputError) as exc:
+    except json.JSONDecodeError as exc:
+        raise AnalyzeError(f"{spec_path}: {exc}") from None
+    cluster_settings = _cluster_settings(run_path / CLUSTER_CONFIG_JSON)
+    try:
+        inputs = ClaimInputs.from_spec_json(spec, cluster_settings)
+    except ClaimInputError as exc:
         raise AnalyzeError(f"{spec_path}: {exc}") from None
     run_id = run_id_for(run_path)
     # history.parquet/ is derived from history.jsonl and partitioned by run id, which comes
@@ -97,11 +102,38 @@ def analyze_run(run_dir: str | Path, *, spark_master: str | None = None,
     result.stats.setdefault("torn_tail", stats.torn_tail)
     result.stats.setdefault("incomplete_ops", stats.incomplete_ops)
     result.stats.setdefault("faults", sorted(stats.faults))
+    if isinstance(spec, dict) and spec.get("bootstrap_servers") is not None:
+        result.stats["cluster_settings"] = _settings_stats(cluster_settings, inputs)
     throughput = _throughput(history, run_path / RESULTS_JSON)
     if throughput is not None:
         result.stats["throughput"] = throughput
     result.save(run_path / RESULTS_JSON)
     return result
+
+
+def _cluster_settings(path: Path) -> dict | None:
+    """cluster-config.json, or None when absent or unreadable (the claims then assume the
+    readings that excuse nothing, and say so)."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    return raw if isinstance(raw, dict) else None
+
+
+def _settings_stats(settings: dict | None, inputs: Any) -> dict:
+    """results.json's account of an external cluster's settings: the values the claims used,
+    where they came from, and the typed settings that were not applied."""
+    settings = settings or {}
+    return {
+        "source": inputs.settings_source,
+        "min.insync.replicas": inputs.min_insync_replicas,
+        "unclean.leader.election.enable": inputs.unclean_leader_election,
+        "replication_factor": inputs.replication_factor,
+        "requested_topic_config": settings.get("requested_topic_config", {}),
+        "not_applied": settings.get("not_applied", {}),
+        "warnings": settings.get("warnings", []),
+    }
 
 
 def _throughput(history: Path, previous_results: Path) -> dict | None:

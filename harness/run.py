@@ -151,6 +151,33 @@ def system_under_test(run: Run) -> Iterator[None]:
             yield
 
 
+def external_settings_record(run: Run) -> Any:
+    """For an external cluster: the record of what was asked of it (cluster-config.json),
+    saved at once with a warning for each typed setting no topic can carry. None for the
+    bundled cluster, whose brokers run with every typed setting."""
+    if not run.spec.external_cluster:
+        return None
+    from harness.cluster_settings import start_record
+
+    record = start_record(run.spec.cluster_config)
+    for warning in record.warnings:
+        run.log.warning("%s", warning)
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
+    if record.requested_topic_config:
+        run.log.info("test topics are created with %s", record.requested_topic_config)
+    record.save(run.run_dir)
+    return record
+
+
+def read_cluster_settings(run: Run, record: Any, workload: Any, when: str) -> None:
+    """Read the test topics' and brokers' effective settings into cluster-config.json."""
+    from harness.cluster_settings import read_into
+
+    read_into(record, when=when, bootstrap_servers=run.bootstrap_servers or "", client_config=run.spec.client_config,
+              topics=tuple(workload.topics), owns_topic=workload.owns_topic, log=run.log)
+    record.save(run.run_dir)
+
+
 # -- faults ---------------------------------------------------------------------------
 
 class NemesisRouter:
@@ -212,7 +239,10 @@ def execute(run: Run) -> RunOutcome:
         run.set_phase("setup")
         stack.enter_context(system_under_test(run))
         workload = module.build(spec, run.bootstrap_servers)
+        settings = external_settings_record(run)
         workload.setup()
+        if settings is not None:
+            read_cluster_settings(run, settings, workload, "after-setup")
         run.packages = build_packages(run)
         combined = combine(run.packages) if run.packages else None
         interp = Interpreter(concurrency=spec.concurrency, open_client=workload.open_client, history=run.history,
@@ -232,6 +262,8 @@ def execute(run: Run) -> RunOutcome:
         if not interrupted and workload.final_generator is not None:
             run.set_phase("final")
             interrupted = not interp.run(TimeLimit(spec.final_time_limit_s, clients(workload.final_generator)))
+        if settings is not None and not interrupted:
+            read_cluster_settings(run, settings, workload, "end")
         run.set_phase("teardown")
     run.history.close()
     if interrupted:

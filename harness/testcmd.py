@@ -44,7 +44,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--client-config", action="append", default=[], metavar="KEY=VALUE",
                    help="librdkafka setting for every client (repeatable)")
     p.add_argument("--cluster-config", action="append", default=[], metavar="KEY=VALUE",
-                   help="broker setting, Kafka names (repeatable)")
+                   help="broker setting, Kafka names (repeatable); with --bootstrap-servers only the topic-level "
+                        "ones apply, to the topics the test creates")
     p.add_argument("--workload-option", action="append", default=[], metavar="KEY=VALUE",
                    help="workload option, e.g. sub_via=subscribe or commit_mode=before (repeatable)")
     p.add_argument("--bootstrap-servers", default=None, metavar="HOST:PORT,...",
@@ -124,6 +125,13 @@ def build_spec(args: argparse.Namespace, seed: int) -> RunSpec:
             raise BadArgument(f"--test-count must be at least 1, got {args.test_count}")
         client_overrides = parse_key_values(args.client_config, "--client-config")
         cluster_config = parse_key_values(args.cluster_config, "--cluster-config")
+        if args.bootstrap_servers is not None:
+            from workloads.topic_settings import TopicSettingError, split_cluster_config
+
+            try:
+                split_cluster_config(cluster_config)  # the topic configs an external run creates its topics with
+            except TopicSettingError as exc:
+                raise BadArgument(str(exc)) from None
         workload_options: dict[str, Any] = parse_key_values(args.workload_option, "--workload-option")
         module = load_workload(args.workload)
         brokers = args.brokers

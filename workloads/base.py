@@ -52,13 +52,18 @@ class Workload:
     """generator: the main phase for client threads (the harness adds the rate and time
     limit). final_generator: the drain that runs after faults are healed (it reads to the
     end). open_client(process): a fresh client for a process id. setup(): create what the
-    workload needs on the cluster before the first op."""
+    workload needs on the cluster before the first op. topics: the topics setup() made sure
+    of; owns_topic(name): whether a topic is one the workload tests (the queue workload makes
+    new ones as keys retire). An external run reads their effective settings back
+    (harness/cluster_settings.py)."""
 
     name: str
     generator: Generator
     final_generator: Generator | None
     open_client: Callable[[int], Client]
     setup: Callable[[], None]
+    topics: tuple[str, ...] = ()
+    owns_topic: Callable[[str], bool] | None = None
 
 
 def option(options: dict, name: str, default, kind: type, *, check: Callable[[object], bool] | None = None,

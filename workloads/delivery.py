@@ -172,12 +172,14 @@ class UntilDrained(Generator):
 def build(spec: RunSpec, bootstrap_servers: str) -> Workload:
     from workloads.clients.confluent import TopicCreator
     from workloads.clients.delivery import DeliveryClient
+    from workloads.topic_settings import requested_topic_config
 
     opts = DeliveryOptions(dict(spec.workload_options), spec.brokers, spec.concurrency)
     observer = DeliveryObserver(drain_by_commit=opts.commit_mode == "after")
     seed, concurrency = spec.seed, spec.concurrency
     client_config = dict(spec.client_config)
     group = client_config.get("group.id", GROUP)
+    topic_config = requested_topic_config(spec)
 
     def main_thread(thread: int) -> Generator:
         if thread < opts.producers:
@@ -190,7 +192,8 @@ def build(spec: RunSpec, bootstrap_servers: str) -> Workload:
         return Stream(consumer_ops(seed, thread, opts, group, crashes=False))
 
     def topics() -> TopicCreator:
-        return TopicCreator(bootstrap_servers, client_config, opts.partitions, opts.replication_factor)
+        return TopicCreator(bootstrap_servers, client_config, opts.partitions, opts.replication_factor,
+                            topic_config=dict(topic_config))
 
     def open_client(process: int) -> DeliveryClient:
         role = "producer" if process % concurrency < opts.producers else "consumer"
@@ -204,6 +207,8 @@ def build(spec: RunSpec, bootstrap_servers: str) -> Workload:
         final_generator=Observe(observer, UntilDrained(EachThread(final_thread), observer)),
         open_client=open_client,
         setup=lambda: topics().ensure([opts.topic]),
+        topics=(opts.topic,),
+        owns_topic=lambda topic: topic == opts.topic,
     )
 
 

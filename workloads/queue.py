@@ -218,6 +218,7 @@ class FinalPolls(Generator):
 
 def build(spec: RunSpec, bootstrap_servers: str) -> Workload:
     from workloads.clients.confluent import KeyMap, QueueClient, TopicCreator
+    from workloads.topic_settings import requested_topic_config
 
     opts = QueueOptions(dict(spec.workload_options), spec.brokers)
     observer = QueueObserver()
@@ -231,15 +232,19 @@ def build(spec: RunSpec, bootstrap_servers: str) -> Workload:
 
     keys = KeyMap(opts.topic_prefix, opts.partitions_per_topic)
     client_config = dict(spec.client_config)
+    topic_config = requested_topic_config(spec)
+
+    def creator() -> TopicCreator:
+        return TopicCreator(bootstrap_servers, client_config, opts.partitions_per_topic, opts.replication_factor,
+                            topic_config=dict(topic_config))
 
     def open_client(process: int) -> QueueClient:
-        topics = TopicCreator(bootstrap_servers, client_config, opts.partitions_per_topic, opts.replication_factor)
+        topics = creator()
         return QueueClient(bootstrap_servers=bootstrap_servers, client_config=client_config, keys=keys,
                            topics=topics, max_poll_records=opts.max_poll_records, default_poll_ms=opts.poll_ms)
 
     def setup() -> None:
-        TopicCreator(bootstrap_servers, client_config, opts.partitions_per_topic, opts.replication_factor).ensure(
-            keys.topic(k) for k in range(opts.key_count))
+        creator().ensure(keys.topic(k) for k in range(opts.key_count))
 
     return Workload(
         name=NAME,
@@ -247,6 +252,8 @@ def build(spec: RunSpec, bootstrap_servers: str) -> Workload:
         final_generator=Observe(observer, EachThread(lambda thread: FinalPolls(observer))),
         open_client=open_client,
         setup=setup,
+        topics=tuple(sorted({keys.topic(k) for k in range(opts.key_count)})),
+        owns_topic=lambda topic: keys.key(topic, 0) is not None,
     )
 
 

@@ -113,6 +113,17 @@ class BrokerConfig:
     min_insync_replicas: int = 1  # min.insync.replicas (topic configs override it)
     unclean_leader_election_enable: bool = False  # unclean.leader.election.enable (unsafe when true)
     offsets_topic_replication_factor: int = 3  # offsets.topic.replication.factor
+    # The transaction coordinator (KIP-98), Kafka's names and defaults. The launchers cap the
+    # replication factor and min ISR at the broker count, as they do for __consumer_offsets.
+    transaction_state_log_num_partitions: int = 50  # transaction.state.log.num.partitions
+    transaction_state_log_replication_factor: int = 3  # transaction.state.log.replication.factor
+    transaction_state_log_min_isr: int = 2  # transaction.state.log.min.isr
+    transaction_max_timeout_ms: int = 900_000  # transaction.max.timeout.ms
+    transactional_id_expiration_ms: int = 604_800_000  # transactional.id.expiration.ms
+    # transaction.abort.timed.out.transaction.cleanup.interval.ms
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
+    # transaction.remove.expired.transaction.cleanup.interval.ms
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
     # Our own unsafe switches, each reproducing a known Kafka data-loss mode:
     # a follower truncates its log to its high watermark when it starts following, instead of
     # finding the divergence point by leader epoch (the pre-KIP-101 behaviour).
@@ -179,6 +190,15 @@ class BrokerConfig:
             min_insync_replicas=_int(props, "min.insync.replicas", 1, 1),
             unclean_leader_election_enable=_bool(props, "unclean.leader.election.enable", False),
             offsets_topic_replication_factor=_int(props, "offsets.topic.replication.factor", 3, 1),
+            transaction_state_log_num_partitions=_int(props, "transaction.state.log.num.partitions", 50, 1),
+            transaction_state_log_replication_factor=_int(props, "transaction.state.log.replication.factor", 3, 1),
+            transaction_state_log_min_isr=_int(props, "transaction.state.log.min.isr", 2, 1),
+            transaction_max_timeout_ms=_int(props, "transaction.max.timeout.ms", 900_000, 1),
+            transactional_id_expiration_ms=_int(props, "transactional.id.expiration.ms", 604_800_000, 1),
+            transaction_abort_timed_out_transaction_cleanup_interval_ms=_int(
+                props, "transaction.abort.timed.out.transaction.cleanup.interval.ms", 10_000, 1),
+            transaction_remove_expired_transaction_cleanup_interval_ms=_int(
+                props, "transaction.remove.expired.transaction.cleanup.interval.ms", 3_600_000, 1),
             replica_truncate_to_high_watermark=_bool(props, "replica.truncate.to.high.watermark", False),
             fetch_read_past_high_watermark=_bool(props, "fetch.read.past.high.watermark", False),
             log_crash_lose_unflushed=_bool(props, "log.crash.lose.unflushed", False),

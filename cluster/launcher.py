@@ -161,8 +161,11 @@ class LocalCluster:
         self._own_base_dir = base_dir is None
         self.base_dir = str(base_dir) if base_dir is not None else tempfile.mkdtemp(prefix="logquake-cluster-")
         os.makedirs(self.base_dir, exist_ok=True)
-        # __consumer_offsets cannot have more replicas than there are brokers.
-        self.config = {"offsets.topic.replication.factor": str(min(3, brokers)), **dict(config or {})}
+        # __consumer_offsets and __transaction_state cannot have more replicas than there are
+        # brokers, nor a min ISR larger than that.
+        self.config = {"offsets.topic.replication.factor": str(min(3, brokers)),
+                       "transaction.state.log.replication.factor": str(min(3, brokers)),
+                       "transaction.state.log.min.isr": str(min(2, brokers)), **dict(config or {})}
         self._wrap_argv = wrap_argv
         self._extra_env = extra_env
         self._startup_timeout_s = startup_timeout_s

@@ -19,7 +19,7 @@ from typing import Any
 from kio.index import EntityType
 from kio.schema.errors import ErrorCode
 
-from cluster.broker import admin_api, config_api, delete_records_api, fetch, group_api, produce, producers_api, topic_api
+from cluster.broker import admin_api, config_api, delete_records_api, fetch, group_api, produce, producers_api, topic_api, txn_api
 from cluster.broker.controller_client import ControllerClient
 from cluster.broker.env import ClientInfo, Clock, Endpoint, Outbound, Reply, Response, Rng, Scheduler, TimerHandle
 from cluster.broker.groups import Group, GroupCoordinator, OffsetToCommit
@@ -28,6 +28,7 @@ from cluster.broker.partition import Partition, TopicPartition
 from cluster.broker.producer_ids import ProducerIdAllocator
 from cluster.broker.replica_manager import ReplicaManager, RoleChanges
 from cluster.broker.topics import OFFSETS_TOPIC
+from cluster.broker.txn.service import TxnService
 from cluster.config import BrokerConfig
 from cluster.metadata.image import MetadataDelta, MetadataImage, TopicImage
 from cluster.protocol.codec import Request, build, encode_response, payload_class, request_class, response_class
@@ -80,6 +81,7 @@ class Broker:
         self.replicas = ReplicaManager(config, disk, clock, scheduler, outbound, self.controller_client, self._log_config_for_topic)
         self.topics = ImageTopics(self.controller_client)
         self.producer_ids = ProducerIdAllocator(self.controller_client)
+        self.txn = TxnService(self)  # the transaction coordinator of the __transaction_state partitions it leads
         self.groups = GroupCoordinator(config, clock, scheduler, rng, self._persist_offsets, self._persist_group, self._persist_deletion)
         # __consumer_offsets partitions whose groups this broker has loaded and coordinates,
         # and those it leads and is still loading (partition -> the leader epoch loading).
@@ -121,6 +123,9 @@ class Broker:
             ApiKey.CREATE_PARTITIONS: lambda r, c, reply: admin_api.handle_create_partitions(self, r, reply),
             ApiKey.ELECT_LEADERS: lambda r, c, reply: admin_api.handle_elect_leaders(self, r, reply),
             ApiKey.DELETE_RECORDS: lambda r, c, reply: delete_records_api.handle_delete_records(self, r, reply),
+            ApiKey.ADD_PARTITIONS_TO_TXN: lambda r, c, reply: txn_api.handle_add_partitions_to_txn(self, r, reply),
+            ApiKey.ADD_OFFSETS_TO_TXN: lambda r, c, reply: txn_api.handle_add_offsets_to_txn(self, r, reply),
+            ApiKey.END_TXN: lambda r, c, reply: txn_api.handle_end_txn(self, r, reply),
         }
 
     # ---- lifecycle ---------------------------------------------------------------------
@@ -134,6 +139,7 @@ class Broker:
         self._running = True
         self._schedule_repeating(self.config.log_flush_scheduler_interval_ms, self._flush_due_logs)
         self._schedule_repeating(self.config.log_retention_check_interval_ms, self._apply_retention)
+        self.txn.start(self._schedule_repeating)
         log.info("broker %d started (controller at %s)", self.config.broker_id, self.controller_client.controller)
 
     @property
@@ -198,6 +204,7 @@ class Broker:
         for topic in delta.removed_topics:
             self.groups.forget_topic(topic.name)
         self._on_offsets_leadership(changes)
+        self.txn.on_leadership(changes)
         if self._topic_waiters:
             self._topic_waiters = [w for w in self._topic_waiters if not w()]
 
@@ -251,8 +258,7 @@ class Broker:
         body = request.body
         cls = response_class(ApiKey.INIT_PRODUCER_ID, request.api_version)
         if body.transactional_id is not None:
-            log.warning("InitProducerId for transactional id %r refused: transactions are not supported yet", body.transactional_id)
-            reply(self.respond(request, build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.invalid_request, producer_id=-1, producer_epoch=-1)))
+            txn_api.handle_init_producer_id(self, request, reply)
             return
 
         def answer(new_id: int, new_epoch: int, error: ErrorCode = ErrorCode.none) -> None:
@@ -281,12 +287,15 @@ class Broker:
         version = request.api_version
         cls = response_class(ApiKey.FIND_COORDINATOR, version)
         keys = list(body.coordinator_keys) if version >= 4 else [body.key]
-        if getattr(body, "key_type", 0) != 0:
-            message = "transaction coordinators are not supported yet"
-            found = [(key, ErrorCode.coordinator_not_available, -1, "", -1) for key in keys]
-        else:
-            message = None
+        key_type = getattr(body, "key_type", 0)
+        message = None
+        if key_type == 1:  # a transactional id
+            found = [(key, *self.txn.find_coordinator(key)) for key in keys]
+        elif key_type == 0:
             found = [(key, *self._coordinator_for(key)) for key in keys]
+        else:
+            message = f"unknown coordinator key type {key_type}"
+            found = [(key, ErrorCode.invalid_request, -1, "", -1) for key in keys]
         if version >= 4:
             coordinator_cls = payload_class(ApiKey.FIND_COORDINATOR, version, "Coordinator")
             coordinators = tuple(build(coordinator_cls, key=key, node_id=node, host=host, port=port, error_code=error, error_message=message)

@@ -85,7 +85,9 @@ class SimCluster:
         self.clock = VirtualClock()
         self.scheduler = VirtualScheduler(self.clock)
         self.network = VirtualNetwork(self.scheduler, random.Random(self.rng.getrandbits(64)))
-        self.properties = {**SIM_DEFAULTS, "offsets.topic.replication.factor": str(min(3, n_brokers)), **(properties or {})}
+        self.properties = {**SIM_DEFAULTS, "offsets.topic.replication.factor": str(min(3, n_brokers)),
+                           "transaction.state.log.replication.factor": str(min(3, n_brokers)),
+                           "transaction.state.log.min.isr": str(min(2, n_brokers)), **(properties or {})}
         self._broker_properties = {b: dict(p) for b, p in (broker_properties or {}).items()}
         self.controller_endpoint = Endpoint(CONTROLLER_ID, CONTROLLER_HOST, CONTROLLER_PORT)
         self._controller_disk = MemoryDisk()

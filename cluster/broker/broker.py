@@ -19,7 +19,7 @@ from typing import Any
 from kio.index import EntityType
 from kio.schema.errors import ErrorCode
 
-from cluster.broker import admin_api, config_api, delete_records_api, fetch, group_api, produce, producers_api, topic_api, txn_api
+from cluster.broker import admin_api, config_api, delete_records_api, fetch, group_api, produce, producers_api, topic_api, txn_api, txn_offset_api
 from cluster.broker.controller_client import ControllerClient
 from cluster.broker.env import ClientInfo, Clock, Endpoint, Outbound, Reply, Response, Rng, Scheduler, TimerHandle
 from cluster.broker.groups import Group, GroupCoordinator, OffsetToCommit
@@ -29,6 +29,7 @@ from cluster.broker.producer_ids import ProducerIdAllocator
 from cluster.broker.replica_manager import ReplicaManager, RoleChanges
 from cluster.broker.topics import OFFSETS_TOPIC
 from cluster.broker.txn.service import TxnService
+from cluster.broker.txn_offsets import TxnOffsets
 from cluster.config import BrokerConfig
 from cluster.metadata.image import MetadataDelta, MetadataImage, TopicImage
 from cluster.protocol.codec import Request, build, encode_response, payload_class, request_class, response_class
@@ -83,6 +84,12 @@ class Broker:
         self.producer_ids = ProducerIdAllocator(self.controller_client)
         self.txn = TxnService(self)  # the transaction coordinator of the __transaction_state partitions it leads
         self.groups = GroupCoordinator(config, clock, scheduler, rng, self._persist_offsets, self._persist_group, self._persist_deletion)
+        # Offsets committed in transactions, pending until their marker (TxnOffsetCommit).
+        self.txn_offsets = TxnOffsets(self.groups)
+        # Called with each transaction marker appended here (as leader or follower): see on_txn_marker.
+        self.txn_marker_listeners: list[Callable[[TopicPartition, int, int, bool], None]] = [
+            lambda tp, pid, epoch, committed: self.txn_offsets.on_marker(tp, pid, epoch, committed, self._coordinating.__contains__)
+            if tp.topic == OFFSETS_TOPIC else None]
         # __consumer_offsets partitions whose groups this broker has loaded and coordinates,
         # and those it leads and is still loading (partition -> the leader epoch loading).
         self._coordinating: set[int] = set()
@@ -126,6 +133,7 @@ class Broker:
             ApiKey.ADD_PARTITIONS_TO_TXN: lambda r, c, reply: txn_api.handle_add_partitions_to_txn(self, r, reply),
             ApiKey.ADD_OFFSETS_TO_TXN: lambda r, c, reply: txn_api.handle_add_offsets_to_txn(self, r, reply),
             ApiKey.END_TXN: lambda r, c, reply: txn_api.handle_end_txn(self, r, reply),
+            ApiKey.TXN_OFFSET_COMMIT: lambda r, c, reply: txn_offset_api.handle_txn_offset_commit(self, r, reply),
         }
 
     # ---- lifecycle ---------------------------------------------------------------------
@@ -207,6 +215,12 @@ class Broker:
         self.txn.on_leadership(changes)
         if self._topic_waiters:
             self._topic_waiters = [w for w in self._topic_waiters if not w()]
+
+    def on_txn_marker(self, tp: TopicPartition, producer_id: int, producer_epoch: int, committed: bool) -> None:
+        """A transaction marker was appended to `tp` (the log side calls this on leaders at
+        append time and on followers when they replicate it)."""
+        for listener in self.txn_marker_listeners:
+            listener(tp, producer_id, producer_epoch, committed)
 
     def when_metadata(self, check: Callable[[], bool]) -> None:
         """Run `check` after each metadata update until it returns True (now included)."""
@@ -411,6 +425,7 @@ class Broker:
             return
         epoch = partition.leader_epoch
         self._loading[index] = epoch
+        self.txn_offsets.unload(index)  # rebuilt from the log
         tp = partition.tp
         position = [partition.log_start_offset]
         loaded = [0]
@@ -426,6 +441,11 @@ class Broker:
             end = current.log_end_offset
             batches = current.read_for_replica(position[0], LOAD_CHUNK_BYTES) if position[0] < end else []
             for batch in batches:
+                header = parse_header(batch)
+                if header.is_transactional or header.is_control:  # a TxnOffsetCommit or its marker
+                    self.txn_offsets.replay(index, header, batch, str(tp), lambda topic: self.topics.by_name(topic) is not None)
+                    position[0] = header.next_offset
+                    continue
                 for record in decode_batch(batch, str(tp)):
                     loaded[0] += 1
                     if isinstance(record, OffsetRecord):
@@ -451,6 +471,7 @@ class Broker:
         if index not in self._coordinating and not was_loading:
             return
         self._coordinating.discard(index)
+        self.txn_offsets.unload(index)
         offsets = self.topics.by_name(OFFSETS_TOPIC)
         count = offsets.num_partitions if offsets is not None else 0
         gone = [g for g in self.groups.groups if count == 0 or partition_for_group(g, count) == index]

@@ -17,7 +17,8 @@ from typing import Any
 from dataclasses import dataclass
 
 from cluster.broker.groups import CommittedOffset, OffsetToCommit, StoredMember
-from cluster.protocol.records import Record, build_batch, read_records
+from cluster.protocol.records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, Record, build_batch, read_records
+from cluster.storage.batch import ATTR_TRANSACTIONAL
 
 
 def java_string_hash(text: str) -> int:
@@ -34,7 +35,10 @@ def partition_for_group(group_id: str, num_partitions: int) -> int:
     return (java_string_hash(group_id) & 0x7FFFFFFF) % num_partitions
 
 
-def offset_commit_batch(group_id: str, offsets: list[OffsetToCommit], now_ms: int, base_offset: int, leader_epoch: int) -> bytes:
+def offset_commit_batch(group_id: str, offsets: list[OffsetToCommit], now_ms: int, base_offset: int, leader_epoch: int,
+                        producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH) -> bytes:
+    """With a producer id: a TxnOffsetCommit, a transactional batch of that producer, which
+    its transaction's marker commits or aborts."""
     records = [
         Record(
             json.dumps({"type": "offset", "group": group_id, "topic": o.topic, "partition": o.partition}, sort_keys=True).encode(),
@@ -42,6 +46,9 @@ def offset_commit_batch(group_id: str, offsets: list[OffsetToCommit], now_ms: in
         )
         for o in offsets
     ]
+    if producer_id != NO_PRODUCER_ID:
+        return build_batch(records, base_offset=base_offset, timestamp_ms=now_ms, partition_leader_epoch=leader_epoch, attributes=ATTR_TRANSACTIONAL,
+                           producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=0)
     return build_batch(records, base_offset=base_offset, timestamp_ms=now_ms, partition_leader_epoch=leader_epoch)
 
 

@@ -17,7 +17,7 @@ from tests.cluster.broker.core_driver import CoreDriver, Pending
 # The coordinator's APIs are advertised once markers are written end to end; until then the
 # core tests decode them with this table (the versions librdkafka and kafka-python send).
 TXN_VERSIONS = {**SUPPORTED_VERSIONS, ApiKey.ADD_PARTITIONS_TO_TXN: VersionRange(0, 3), ApiKey.ADD_OFFSETS_TO_TXN: VersionRange(0, 3),
-                ApiKey.END_TXN: VersionRange(0, 3)}
+                ApiKey.END_TXN: VersionRange(0, 3), ApiKey.TXN_OFFSET_COMMIT: VersionRange(0, 3)}
 
 # What the single-broker core driver needs: a small __transaction_state on its one broker.
 TXN_PROPERTIES = {
@@ -77,3 +77,17 @@ def add_offsets(driver: CoreDriver, transactional_id: str, producer_id: int, pro
 def end_txn(driver: CoreDriver, transactional_id: str, producer_id: int, producer_epoch: int, committed: bool, version: int = 3) -> Any:
     return call(driver, ApiKey.END_TXN, version, transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
                        committed=committed).error_code
+
+
+def txn_offset_commit(driver: CoreDriver, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str,
+                      offsets: dict[tuple[str, int], int], generation_id: int = -1, member_id: str = "", version: int = 3) -> dict[tuple[str, int], Any]:
+    topic_cls = driver.request_class(ApiKey.TXN_OFFSET_COMMIT, version, "TxnOffsetCommitRequestTopic")
+    part_cls = driver.request_class(ApiKey.TXN_OFFSET_COMMIT, version, "TxnOffsetCommitRequestPartition")
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, partition), offset in offsets.items():
+        by_topic.setdefault(topic, []).append(part_cls(partition_index=partition, committed_offset=offset, committed_leader_epoch=-1,
+                                                       committed_metadata=""))
+    body = call(driver, ApiKey.TXN_OFFSET_COMMIT, version, transactional_id=transactional_id, group_id=group_id, producer_id=producer_id,
+                producer_epoch=producer_epoch, generation_id=generation_id, member_id=member_id, group_instance_id=None,
+                topics=tuple(topic_cls(name=t, partitions=tuple(ps)) for t, ps in by_topic.items()))
+    return {(t.name, p.partition_index): p.error_code for t in body.topics for p in t.partitions}

@@ -1,0 +1,91 @@
+"""TxnOffsetCommit on one broker core: the offsets are pending until the transaction's
+marker reaches the group's offsets partition (Broker.on_txn_marker, which the log side calls
+when it appends a marker), visible on commit and dropped on abort; KIP-447's member and
+generation checks; a coordinator reloading the partition rebuilds the pending offsets from
+the transactional batches and applies the control batches it finds."""
+
+from __future__ import annotations
+
+import struct
+
+from kio.schema.errors import ErrorCode
+
+from cluster.broker.offsets_log import partition_for_group
+from cluster.broker.partition import TopicPartition
+from cluster.broker.topics import OFFSETS_TOPIC
+from cluster.protocol.records import Record, build_batch
+from cluster.storage.batch import ATTR_CONTROL, ATTR_TRANSACTIONAL
+from tests.cluster.broker.core_driver import CoreDriver
+from tests.cluster.broker.requests import create_topic
+from tests.cluster.broker.test_groups import fetch_offset, join, sync
+from tests.cluster.txn.txn_requests import TXN_PROPERTIES, txn_offset_commit
+
+GROUP = "g"
+PID, EPOCH = 4000, 3
+
+
+def offsets_tp(driver: CoreDriver) -> TopicPartition:
+    return TopicPartition(OFFSETS_TOPIC, partition_for_group(GROUP, 3))
+
+
+def driver_with_group() -> CoreDriver:
+    driver = CoreDriver(TXN_PROPERTIES)
+    assert create_topic(driver, "t", 1).topics[0].error_code is ErrorCode.none
+    driver.await_coordinator(GROUP)
+    return driver
+
+
+def append_marker(driver: CoreDriver, tp: TopicPartition, producer_id: int, producer_epoch: int, committed: bool) -> None:
+    """What WriteTxnMarkers appends (Kafka's control batch: key = version 0, type 0 abort /
+    1 commit), then the hook the log side calls for it."""
+    record = Record(struct.pack(">hh", 0, 1 if committed else 0), struct.pack(">hi", 0, 0))
+    done: list[ErrorCode] = []
+    driver.broker.replicas.append_internal(
+        tp, lambda base, epoch: build_batch([record], base_offset=base, timestamp_ms=driver.clock.wall_ms(), partition_leader_epoch=epoch,
+                                            attributes=ATTR_TRANSACTIONAL | ATTR_CONTROL, producer_id=producer_id, producer_epoch=producer_epoch),
+        driver.clock.wall_ms(), done.append)
+    driver.run_until(lambda: bool(done), 5_000, "the marker committed")
+    assert done == [ErrorCode.none]
+    driver.broker.on_txn_marker(tp, producer_id, producer_epoch, committed)
+
+
+def test_offsets_become_visible_on_the_commit_marker_and_are_dropped_on_abort() -> None:
+    driver = driver_with_group()
+    assert txn_offset_commit(driver, "tx", PID, EPOCH, GROUP, {("t", 0): 42}) == {("t", 0): ErrorCode.none}
+    assert fetch_offset(driver, group=GROUP) == -1  # pending
+    assert driver.broker.txn_offsets.is_pending(GROUP, "t", 0)
+    append_marker(driver, offsets_tp(driver), PID, EPOCH, committed=True)
+    assert fetch_offset(driver, group=GROUP) == 42
+    assert txn_offset_commit(driver, "tx", PID, EPOCH, GROUP, {("t", 0): 50}) == {("t", 0): ErrorCode.none}
+    append_marker(driver, offsets_tp(driver), PID, EPOCH, committed=False)
+    assert fetch_offset(driver, group=GROUP) == 42
+    assert not driver.broker.txn_offsets.is_pending(GROUP, "t", 0)
+
+
+def test_a_reloaded_coordinator_rebuilds_pending_offsets_and_applies_the_markers_in_its_log() -> None:
+    driver = driver_with_group()
+    assert txn_offset_commit(driver, "tx", PID, EPOCH, GROUP, {("t", 0): 7}) == {("t", 0): ErrorCode.none}
+    append_marker(driver, offsets_tp(driver), PID, EPOCH, committed=True)
+    assert txn_offset_commit(driver, "tx", PID, EPOCH, GROUP, {("t", 0): 9}) == {("t", 0): ErrorCode.none}
+    append_marker(driver, offsets_tp(driver), PID, EPOCH, committed=False)
+    assert txn_offset_commit(driver, "tx2", PID + 1, 0, GROUP, {("t", 0): 11}) == {("t", 0): ErrorCode.none}
+    driver.restart()
+    driver.await_coordinator(GROUP)
+    assert fetch_offset(driver, group=GROUP) == 7  # 9 aborted, 11 still pending
+    assert driver.broker.txn_offsets.is_pending(GROUP, "t", 0)
+    append_marker(driver, offsets_tp(driver), PID + 1, 0, committed=True)
+    assert fetch_offset(driver, group=GROUP) == 11
+
+
+def test_kip447_member_and_generation_checks() -> None:
+    driver = driver_with_group()
+    joined = join(driver, group=GROUP).body
+    assert joined.error_code is ErrorCode.none
+    member, generation = joined.member_id, joined.generation_id
+    assert sync(driver, member, generation, {member: b""}, group=GROUP).body.error_code is ErrorCode.none
+    commit = lambda **kw: txn_offset_commit(driver, "tx", PID, EPOCH, GROUP, {("t", 0): 5}, **kw)[("t", 0)]  # noqa: E731
+    assert commit(generation_id=generation, member_id=member) is ErrorCode.none
+    assert commit(generation_id=generation + 1, member_id=member) is ErrorCode.illegal_generation
+    assert commit(generation_id=generation, member_id="someone-else") is ErrorCode.unknown_member_id
+    assert commit() is ErrorCode.none  # no member or generation given: not checked (producers before KIP-447)
+    assert txn_offset_commit(driver, "tx", PID, EPOCH, GROUP, {("nope", 0): 5}) == {("nope", 0): ErrorCode.unknown_topic_or_partition}

@@ -19,7 +19,7 @@ from typing import Any
 from kio.index import EntityType
 from kio.schema.errors import ErrorCode
 
-from cluster.broker import admin_api, config_api, delete_records_api, fetch, group_api, produce, producers_api, topic_api, txn_api, txn_offset_api
+from cluster.broker import admin_api, config_api, delete_records_api, fetch, group_api, produce, producers_api, topic_api, txn_admin_api, txn_api, txn_offset_api
 from cluster.broker.controller_client import ControllerClient
 from cluster.broker.env import ClientInfo, Clock, Endpoint, Outbound, Reply, Response, Rng, Scheduler, TimerHandle
 from cluster.broker.groups import Group, GroupCoordinator, OffsetToCommit
@@ -134,6 +134,8 @@ class Broker:
             ApiKey.ADD_OFFSETS_TO_TXN: lambda r, c, reply: txn_api.handle_add_offsets_to_txn(self, r, reply),
             ApiKey.END_TXN: lambda r, c, reply: txn_api.handle_end_txn(self, r, reply),
             ApiKey.TXN_OFFSET_COMMIT: lambda r, c, reply: txn_offset_api.handle_txn_offset_commit(self, r, reply),
+            ApiKey.DESCRIBE_TRANSACTIONS: lambda r, c, reply: txn_admin_api.handle_describe_transactions(self, r, reply),
+            ApiKey.LIST_TRANSACTIONS: lambda r, c, reply: txn_admin_api.handle_list_transactions(self, r, reply),
         }
 
     # ---- lifecycle ---------------------------------------------------------------------

@@ -141,6 +141,10 @@ class TransactionCoordinator:
     def coordinated_partitions(self) -> dict[int, int]:
         return dict(self._epochs)
 
+    @property
+    def loading(self) -> bool:
+        return bool(self._loading)
+
     # ---- writing transitions -------------------------------------------------------------
 
     def _write(self, new: TxnMetadata, done: ErrorDone) -> None:

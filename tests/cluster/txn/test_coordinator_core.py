@@ -153,3 +153,31 @@ def test_idle_transactional_ids_expire_with_a_tombstone() -> None:
     assert TXN_ID not in driver.broker.txn.coordinator.txns
     fresh = init_txn_producer(driver, TXN_ID)
     assert (fresh.error_code, fresh.producer_epoch) == (ErrorCode.none, 0)
+
+
+def test_describe_and_list_transactions() -> None:
+    from cluster.protocol.versions import ApiKey
+    from tests.cluster.txn.txn_requests import call
+
+    driver = driver_with_topic()
+    init = init_txn_producer(driver, TXN_ID)
+    assert add_partitions(driver, TXN_ID, init.producer_id, 0, {"events": [1, 0]}) == {("events", 0): ErrorCode.none,
+                                                                                      ("events", 1): ErrorCode.none}
+    await_txn_coordinator(driver, "idle")
+    idle = init_txn_producer(driver, "idle")
+    # Only an ongoing transaction has a start time; the others carry -1, as Kafka sends them,
+    # which kio's decoder refuses, so this test describes the ongoing one.
+    described = call(driver, ApiKey.DESCRIBE_TRANSACTIONS, 0, transactional_ids=(TXN_ID,)).transaction_states
+    assert [(s.transactional_id, s.error_code, s.transaction_state, s.producer_id) for s in described] == [
+        (TXN_ID, ErrorCode.none, "Ongoing", init.producer_id)]
+    assert described[0].transaction_start_time.timestamp() * 1000 == driver.broker.txn.coordinator.txns[TXN_ID].start_ms
+    assert [(t.topic, t.partitions) for t in described[0].topics] == [("events", (0, 1))]
+    assert described[0].transaction_timeout.total_seconds() == 60
+    listed = call(driver, ApiKey.LIST_TRANSACTIONS, 1, state_filters=(), producer_id_filters=(), duration_filter=-1)
+    assert sorted((s.transactional_id, s.transaction_state) for s in listed.transaction_states) == [("idle", "Empty"), (TXN_ID, "Ongoing")]
+    ongoing = call(driver, ApiKey.LIST_TRANSACTIONS, 1, state_filters=("Ongoing", "Bogus"), producer_id_filters=(), duration_filter=-1)
+    assert [s.transactional_id for s in ongoing.transaction_states] == [TXN_ID] and ongoing.unknown_state_filters == ("Bogus",)
+    by_pid = call(driver, ApiKey.LIST_TRANSACTIONS, 0, state_filters=(), producer_id_filters=(idle.producer_id,))
+    assert [s.transactional_id for s in by_pid.transaction_states] == ["idle"]
+    long_running = call(driver, ApiKey.LIST_TRANSACTIONS, 1, state_filters=(), producer_id_filters=(), duration_filter=3_600_000)
+    assert long_running.transaction_states == ()

@@ -124,6 +124,10 @@ class BrokerConfig:
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     # transaction.remove.expired.transaction.cleanup.interval.ms
     transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
+    # KIP-890 part 1: a partition leader verifies with the coordinator before a producer's
+    # first transactional append (cluster.broker.txn.verifier); false reproduces hanging
+    # transactions from late writes (KAFKA-14402).
+    transaction_partition_verification_enable: bool = True  # transaction.partition.verification.enable
     # Our own unsafe switches, each reproducing a known Kafka data-loss mode:
     # a follower truncates its log to its high watermark when it starts following, instead of
     # finding the divergence point by leader epoch (the pre-KIP-101 behaviour).
@@ -199,6 +203,7 @@ class BrokerConfig:
                 props, "transaction.abort.timed.out.transaction.cleanup.interval.ms", 10_000, 1),
             transaction_remove_expired_transaction_cleanup_interval_ms=_int(
                 props, "transaction.remove.expired.transaction.cleanup.interval.ms", 3_600_000, 1),
+            transaction_partition_verification_enable=_bool(props, "transaction.partition.verification.enable", True),
             replica_truncate_to_high_watermark=_bool(props, "replica.truncate.to.high.watermark", False),
             fetch_read_past_high_watermark=_bool(props, "fetch.read.past.high.watermark", False),
             log_crash_lose_unflushed=_bool(props, "log.crash.lose.unflushed", False),

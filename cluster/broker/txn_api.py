@@ -50,6 +50,9 @@ def handle_init_producer_id(broker: Broker, request: Request, reply: Reply) -> N
 def handle_add_partitions_to_txn(broker: Broker, request: Request, reply: Reply) -> None:
     body = request.body
     version = request.api_version
+    if version >= 4:
+        _handle_batched_add_partitions(broker, request, reply)
+        return
     cls = response_class(ApiKey.ADD_PARTITIONS_TO_TXN, version)
     topic_cls = payload_class(ApiKey.ADD_PARTITIONS_TO_TXN, version, "AddPartitionsToTxnTopicResult")
     partition_cls = payload_class(ApiKey.ADD_PARTITIONS_TO_TXN, version, "AddPartitionsToTxnPartitionResult")
@@ -72,6 +75,40 @@ def handle_add_partitions_to_txn(broker: Broker, request: Request, reply: Reply)
     broker.txn.coordinator.add_partitions(body.v3_and_below_transactional_id, int(body.v3_and_below_producer_id),
                                           int(body.v3_and_below_producer_epoch), [TopicPartition(t, p) for t, p in requested],
                                           lambda error: answer({tp: error for tp in requested}))
+
+
+def _handle_batched_add_partitions(broker: Broker, request: Request, reply: Reply) -> None:
+    """v4+, KIP-890's broker form: several transactions, each verify-only (a partition leader
+    asking whether a producer's partition is in its ongoing transaction) or an add."""
+    version = request.api_version
+    cls = response_class(ApiKey.ADD_PARTITIONS_TO_TXN, version)
+    result_cls = payload_class(ApiKey.ADD_PARTITIONS_TO_TXN, version, "AddPartitionsToTxnResult")
+    topic_cls = payload_class(ApiKey.ADD_PARTITIONS_TO_TXN, version, "AddPartitionsToTxnTopicResult")
+    partition_cls = payload_class(ApiKey.ADD_PARTITIONS_TO_TXN, version, "AddPartitionsToTxnPartitionResult")
+    transactions = list(request.body.transactions)
+    results: dict[int, object] = {}
+
+    def result(position: int, errors: dict[TopicPartition, ErrorCode]) -> None:
+        topics: dict[str, list[object]] = {}
+        for tp, error in errors.items():
+            topics.setdefault(tp.topic, []).append(build(partition_cls, partition_index=tp.partition, partition_error_code=error))
+        results[position] = build(result_cls, transactional_id=transactions[position].transactional_id,
+                                  topic_results=tuple(build(topic_cls, name=n, results_by_partition=tuple(ps)) for n, ps in topics.items()))
+        if len(results) == len(transactions):
+            reply(broker.respond(request, build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+                                                results_by_transaction=tuple(results[i] for i in range(len(transactions))))))
+
+    if not transactions:
+        reply(broker.respond(request, build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, results_by_transaction=())))
+        return
+    coordinator = broker.txn.coordinator
+    for position, txn in enumerate(transactions):
+        wanted = [TopicPartition(t.name, int(p)) for t in txn.topics for p in t.partitions]
+        if txn.verify_only:
+            result(position, coordinator.verify_partitions(txn.transactional_id, int(txn.producer_id), int(txn.producer_epoch), wanted))
+        else:
+            coordinator.add_partitions(txn.transactional_id, int(txn.producer_id), int(txn.producer_epoch), wanted,
+                                       lambda error, position=position, wanted=wanted: result(position, {tp: error for tp in wanted}))
 
 
 def _exists(broker: Broker, topic: str, partition: int) -> bool:

@@ -313,6 +313,22 @@ class TransactionCoordinator:
                              start_ms=txn.start_ms if ongoing else now_ms)
         self._write(new, done)
 
+    def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Iterable[TopicPartition]
+                          ) -> dict[TopicPartition, ErrorCode]:
+        """KIP-890 part 1's verify-only AddPartitionsToTxn, from a partition leader about to
+        append a producer's first transactional batch: none for each partition in the
+        producer's ongoing transaction, INVALID_TXN_STATE for one that is not (a late or
+        zombie write that must not start a hanging transaction). Writes nothing."""
+        wanted = list(partitions)
+        error, txn = self._check_producer(transactional_id, producer_id, producer_epoch)
+        if error is ErrorCode.concurrent_transactions and txn is None:
+            txn = self.txns.get(transactional_id)  # a transition in flight: judge by the installed state
+            error = ErrorCode.none
+        if txn is None:
+            return {tp: error for tp in wanted}
+        ongoing = txn.state is TxnState.ONGOING
+        return {tp: ErrorCode.none if ongoing and tp in txn.partitions else ErrorCode.invalid_txn_state for tp in wanted}
+
     # ---- EndTxn ----------------------------------------------------------------------------
 
     def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, committed: bool, done: ErrorDone) -> None:

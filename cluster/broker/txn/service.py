@@ -20,6 +20,7 @@ from cluster.broker.topics import TRANSACTION_STATE_TOPIC
 from cluster.broker.txn.coordinator import TransactionCoordinator, TxnSettings
 from cluster.broker.txn.markers import MarkerSender
 from cluster.broker.txn.state_log import decode_batch, partition_for_transactional_id
+from cluster.broker.txn.verifier import PartitionVerifier
 from cluster.protocol.codec import build, payload_class, request_class
 from cluster.protocol.versions import ApiKey
 from cluster.storage.batch import parse_header
@@ -41,6 +42,9 @@ class TxnService:
         self.coordinator = TransactionCoordinator(
             TxnSettings(config.transaction_max_timeout_ms, config.transactional_id_expiration_ms), broker.clock, self, broker.producer_ids,
             self.markers, self.num_partitions)
+        # KIP-890 part 1: the produce path asks coordinators through this before a
+        # producer's first transactional append to a partition.
+        self.verifier = PartitionVerifier(broker.outbound, lambda: broker.controller_client.image)
         self._topic_requested = False
 
     def start(self, schedule_repeating: Callable[[int, Callable[[], None]], None]) -> None:

@@ -16,7 +16,7 @@ from tests.cluster.broker.core_driver import CoreDriver, Pending
 
 # The coordinator's APIs are advertised once markers are written end to end; until then the
 # core tests decode them with this table (the versions librdkafka and kafka-python send).
-TXN_VERSIONS = {**SUPPORTED_VERSIONS, ApiKey.ADD_PARTITIONS_TO_TXN: VersionRange(0, 3), ApiKey.ADD_OFFSETS_TO_TXN: VersionRange(0, 3),
+TXN_VERSIONS = {**SUPPORTED_VERSIONS, ApiKey.ADD_PARTITIONS_TO_TXN: VersionRange(0, 4), ApiKey.ADD_OFFSETS_TO_TXN: VersionRange(0, 3),
                 ApiKey.END_TXN: VersionRange(0, 3), ApiKey.TXN_OFFSET_COMMIT: VersionRange(0, 3),
                 ApiKey.DESCRIBE_TRANSACTIONS: VersionRange(0, 0), ApiKey.LIST_TRANSACTIONS: VersionRange(0, 1)}
 

@@ -72,13 +72,17 @@ def handle_txn_offset_commit(broker: Broker, request: Request, reply: Reply) -> 
     assert offsets_topic is not None  # group_error said this broker coordinates the group
     index = partition_for_group(group_id, offsets_topic.num_partitions)
     producer_id, producer_epoch = int(body.producer_id), int(body.producer_epoch)
+    fenced = broker.txn_offsets.check_epoch(index, producer_id, producer_epoch)
+    if fenced is not ErrorCode.none:
+        answer(lambda name, p: error_of(name, p, fenced))
+        return
     now_ms = broker.clock.wall_ms()
 
     def stored(error: ErrorCode) -> None:
         from cluster.broker.broker import offset_commit_error
 
         if error is ErrorCode.none and broker.coordinates(group_id):
-            broker.txn_offsets.add(index, producer_id, group_id, offsets, now_ms)
+            broker.txn_offsets.add(index, producer_id, producer_epoch, group_id, offsets, now_ms)
         answer(lambda name, p: error_of(name, p, offset_commit_error(error)))
 
     try:

@@ -38,13 +38,20 @@ class TxnOffsets:
         self._groups = groups
         # offsets partition -> producer id -> (group, topic, partition) -> offset
         self._pending: dict[int, dict[int, dict[tuple[str, str, int], CommittedOffset]]] = {}
+        # offsets partition -> producer id -> the highest epoch written or marked there: a
+        # zombie's commit under an older epoch is refused, as the log's producer state
+        # refuses its batches in Kafka (it would otherwise wait for, and ride on, the next
+        # transaction's commit marker).
+        self._epochs: dict[int, dict[int, int]] = {}
 
     def validate(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None) -> ErrorCode:
         """Kafka's doTxnCommitOffsets checks (KIP-447): a consumer's member id and generation,
         when given, must be current; none given (-1, "") commits outside group management."""
         group = self._groups.groups.get(group_id)
-        if group is None:
-            return ErrorCode.illegal_generation if generation_id >= 0 else ErrorCode.none
+        if group is None:  # Kafka creates it Empty, with no members and generation 0
+            if member_id:
+                return ErrorCode.unknown_member_id
+            return ErrorCode.illegal_generation if generation_id > 0 else ErrorCode.none
         if group.state is GroupState.DEAD:
             return ErrorCode.coordinator_not_available
         if group_instance_id is not None and group.static_members.get(group_instance_id, member_id) != member_id:
@@ -55,13 +62,23 @@ class TxnOffsets:
             return ErrorCode.illegal_generation
         return ErrorCode.none
 
-    def add(self, index: int, producer_id: int, group_id: str, offsets: list[OffsetToCommit], now_ms: int) -> None:
+    def check_epoch(self, index: int, producer_id: int, producer_epoch: int) -> ErrorCode:
+        known = self._epochs.get(index, {}).get(producer_id)
+        return ErrorCode.producer_fenced if known is not None and producer_epoch < known else ErrorCode.none
+
+    def _saw(self, index: int, producer_id: int, producer_epoch: int) -> None:
+        epochs = self._epochs.setdefault(index, {})
+        epochs[producer_id] = max(producer_epoch, epochs.get(producer_id, producer_epoch))
+
+    def add(self, index: int, producer_id: int, producer_epoch: int, group_id: str, offsets: list[OffsetToCommit], now_ms: int) -> None:
+        self._saw(index, producer_id, producer_epoch)
         pending = self._pending.setdefault(index, {}).setdefault(producer_id, {})
         for o in offsets:
             pending[(group_id, o.topic, o.partition)] = CommittedOffset(o.offset, o.leader_epoch, o.metadata, now_ms)
 
-    def complete(self, index: int, producer_id: int, committed: bool) -> int:
+    def complete(self, index: int, producer_id: int, producer_epoch: int, committed: bool) -> int:
         """The marker of `producer_id`'s transaction reached offsets partition `index`."""
+        self._saw(index, producer_id, producer_epoch)
         pending = self._pending.get(index, {}).pop(producer_id, {})
         if committed:
             for (group_id, topic, partition), offset in pending.items():
@@ -74,14 +91,16 @@ class TxnOffsets:
 
     def unload(self, index: int) -> None:
         self._pending.pop(index, None)
+        self._epochs.pop(index, None)
 
     def replay(self, index: int, header: BatchHeader, batch: bytes | memoryview, where: str, topic_exists: Callable[[str], bool]) -> None:
         """A transactional batch of the offsets partition, while loading it."""
         if header.is_control:
             kind = control_type(batch)
             if kind in (CONTROL_ABORT, CONTROL_COMMIT):
-                self.complete(index, header.producer_id, kind == CONTROL_COMMIT)
+                self.complete(index, header.producer_id, header.producer_epoch, kind == CONTROL_COMMIT)
             return
+        self._saw(index, header.producer_id, header.producer_epoch)
         pending = self._pending.setdefault(index, {}).setdefault(header.producer_id, {})
         for record in decode_batch(batch, where):
             if isinstance(record, OffsetRecord) and record.committed is not None and topic_exists(record.topic):
@@ -91,6 +110,6 @@ class TxnOffsets:
         """Broker.on_txn_marker's listener: a marker appended to an offsets partition this
         broker coordinates (a follower's, or one being loaded, is handled by the replay)."""
         if coordinated(tp.partition):
-            count = self.complete(tp.partition, producer_id, committed)
+            count = self.complete(tp.partition, producer_id, producer_epoch, committed)
             if count:
                 log.info("%s: %s %d transactional offsets of producer %d", tp, "committed" if committed else "dropped", count, producer_id)

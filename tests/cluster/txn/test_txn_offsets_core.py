@@ -89,3 +89,18 @@ def test_kip447_member_and_generation_checks() -> None:
     assert commit(generation_id=generation, member_id="someone-else") is ErrorCode.unknown_member_id
     assert commit() is ErrorCode.none  # no member or generation given: not checked (producers before KIP-447)
     assert txn_offset_commit(driver, "tx", PID, EPOCH, GROUP, {("nope", 0): 5}) == {("nope", 0): ErrorCode.unknown_topic_or_partition}
+
+
+def test_a_zombie_commit_under_an_older_epoch_is_refused() -> None:
+    driver = driver_with_group()
+    assert txn_offset_commit(driver, "tx", PID, EPOCH, GROUP, {("t", 0): 5}) == {("t", 0): ErrorCode.none}
+    # The new instance's coordinator aborted the old transaction under the next epoch.
+    append_marker(driver, offsets_tp(driver), PID, EPOCH + 1, committed=False)
+    assert txn_offset_commit(driver, "tx", PID, EPOCH, GROUP, {("t", 0): 6}) == {("t", 0): ErrorCode.producer_fenced}
+    assert txn_offset_commit(driver, "tx", PID, EPOCH, GROUP, {("t", 0): 6}, version=2) == {("t", 0): ErrorCode.invalid_producer_epoch}
+    assert txn_offset_commit(driver, "tx", PID, EPOCH + 1, GROUP, {("t", 0): 8}) == {("t", 0): ErrorCode.none}
+    append_marker(driver, offsets_tp(driver), PID, EPOCH + 1, committed=True)
+    assert fetch_offset(driver, group=GROUP) == 8
+    driver.restart()
+    driver.await_coordinator(GROUP)
+    assert txn_offset_commit(driver, "tx", PID, EPOCH, GROUP, {("t", 0): 6}) == {("t", 0): ErrorCode.producer_fenced}  # rebuilt by the replay

@@ -27,7 +27,7 @@ from cluster.broker.offsets_log import GroupRecord, GroupTombstone, OffsetRecord
 from cluster.broker.partition import Partition, TopicPartition
 from cluster.broker.producer_ids import ProducerIdAllocator
 from cluster.broker.replica_manager import ReplicaManager, RoleChanges
-from cluster.broker.topics import OFFSETS_TOPIC
+from cluster.broker.topics import INTERNAL_TOPICS, OFFSETS_TOPIC
 from cluster.broker.txn.service import TxnService
 from cluster.broker.txn_offsets import TxnOffsets
 from cluster.config import BrokerConfig
@@ -193,7 +193,9 @@ class Broker:
     def _apply_retention(self) -> None:
         now_ms = self.clock.wall_ms()
         for partition in self.partitions.values():
-            if partition.tp.topic != OFFSETS_TOPIC:
+            # The internal topics are compacted in Kafka, never deleted by age or size; we do
+            # not compact, so they keep everything (a transactional id's last state may be old).
+            if partition.tp.topic not in INTERNAL_TOPICS:
                 partition.log.apply_retention(now_ms=now_ms, max_offset=partition.high_watermark)
 
     @property

@@ -181,3 +181,18 @@ def test_describe_and_list_transactions() -> None:
     assert [s.transactional_id for s in by_pid.transaction_states] == ["idle"]
     long_running = call(driver, ApiKey.LIST_TRANSACTIONS, 1, state_filters=(), producer_id_filters=(), duration_filter=3_600_000)
     assert long_running.transaction_states == ()
+
+
+def test_the_state_log_is_not_deleted_by_retention() -> None:
+    # Tiny segments and a short retention: a user topic would lose its old segments.
+    driver = driver_with_topic(**{"log.retention.ms": "1000", "log.segment.bytes": "200", "log.retention.check.interval.ms": "500"})
+    init_txn_producer(driver, TXN_ID)
+    for _ in range(5):
+        init_txn_producer(driver, TXN_ID)
+    partition = driver.broker.partition(TRANSACTION_STATE_TOPIC, partition_for_transactional_id(TXN_ID, 3))
+    assert partition is not None and partition.log.segment_count > 1
+    driver.scheduler.advance(5_000)
+    assert partition.log_start_offset == 0
+    driver.restart()
+    await_txn_coordinator(driver, TXN_ID)
+    assert driver.broker.txn.coordinator.txns[TXN_ID].producer_epoch == 5

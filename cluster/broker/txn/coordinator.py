@@ -19,13 +19,16 @@ from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
-from cluster.broker.env import Clock
+from cluster.broker.env import Clock, Scheduler
 from cluster.broker.partition import TopicPartition
 from cluster.broker.txn.markers import MarkerJob
 from cluster.broker.txn.metadata import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TxnMetadata, TxnState
 from cluster.broker.txn.state_log import TxnTombstone, partition_for_transactional_id, tombstone_batch, txn_batch
 
 log = logging.getLogger(__name__)
+# How soon a failed CompleteCommit/CompleteAbort write is tried again (Kafka's coordinator
+# retries it while it is still the coordinator, or the id would stay prepared for good).
+COMPLETE_RETRY_BACKOFF_MS = 500
 
 InitDone = Callable[[ErrorCode, int, int], None]
 ErrorDone = Callable[[ErrorCode], None]
@@ -65,10 +68,11 @@ def log_append_error(error: ErrorCode) -> ErrorCode:
 
 
 class TransactionCoordinator:
-    def __init__(self, settings: TxnSettings, clock: Clock, state_log: StateLog, producer_ids: ProducerIds, markers: Markers,
-                 num_partitions: Callable[[], int]) -> None:
+    def __init__(self, settings: TxnSettings, clock: Clock, scheduler: Scheduler, state_log: StateLog, producer_ids: ProducerIds,
+                 markers: Markers, num_partitions: Callable[[], int]) -> None:
         self.settings = settings
         self._clock = clock
+        self._scheduler = scheduler
         self._log = state_log
         self._producer_ids = producer_ids
         self._markers = markers
@@ -385,10 +389,20 @@ class TransactionCoordinator:
             if not complete or not still_wanted():
                 log.info("%s: markers not completed here (fenced or no longer coordinator)", transactional_id)
                 return
+            write_complete()
+
+        def write_complete() -> None:
+            if not still_wanted() or transactional_id in self._pending:
+                return
             final = TxnState.COMPLETE_COMMIT if committed else TxnState.COMPLETE_ABORT
             new = txn.transition(final, self._clock.wall_ms(), partitions=frozenset(), start_ms=-1)
-            self._write(new, lambda error: log.info("%s: %s written: %s", transactional_id, final.kafka_name, error.name)
-                        if error is not ErrorCode.none else None)
+
+            def written(error: ErrorCode) -> None:
+                if error is not ErrorCode.none:
+                    log.info("%s: writing %s failed (%s); trying again", transactional_id, final.kafka_name, error.name)
+                    self._scheduler.call_later(COMPLETE_RETRY_BACKOFF_MS, write_complete)
+
+            self._write(new, written)
 
         self._markers.send(job, still_wanted, markers_written)
 

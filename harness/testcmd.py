@@ -178,10 +178,11 @@ def test_argv(args: argparse.Namespace, seed: int, name: str | None, test_count:
     parts += ["--time-limit", f"{args.time_limit:g}", "--final-time-limit", f"{args.final_time_limit:g}",
               "--quiet-period", f"{args.quiet_period:g}", "--concurrency", str(args.concurrency),
               "--rate", f"{args.rate:g}"]
+    # --brokers also sizes an external run's topics (the workloads' replication factor is
+    # min(3, brokers)), so the command repeats it there too.
+    parts += ["--brokers", str(args.brokers)]
     if args.bootstrap_servers is not None:
         parts += ["--bootstrap-servers", args.bootstrap_servers]
-    else:
-        parts += ["--brokers", str(args.brokers)]
     parts += ["--seed", str(seed)]
     if test_count != 1:
         parts += ["--test-count", str(test_count)]

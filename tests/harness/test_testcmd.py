@@ -160,3 +160,15 @@ def test_the_default_idempotence_gives_way_to_settings_it_cannot_serve_as_in_kaf
     Producer(producer_config(dict(spec.client_config), "127.0.0.1:9")).flush(0)  # librdkafka accepts it
     explicit = _spec("--client-config", switch, "--client-config", "enable.idempotence=true")
     assert explicit.client_config["enable.idempotence"] == "true"  # the user's own choice stays
+
+
+def test_reproduce_command_of_an_external_run_keeps_the_broker_count() -> None:
+    # --brokers sizes the external run's topics (replication factor min(3, brokers)): a
+    # reproduce command without it would create them with 3 replicas on a 1-broker cluster.
+    from harness.cli import build_parser
+    from harness.testcmd import build_spec
+
+    args = build_parser().parse_args(["test", "--bootstrap-servers", "127.0.0.1:9092", "--brokers", "1"])
+    spec = build_spec(args, seed=5)
+    assert "--brokers 1 " in spec.command
+    assert build_spec(build_parser().parse_args(spec.command.split()[1:]), seed=5) == spec

@@ -24,6 +24,7 @@ from harness.report.figures import FigureSpec, all_figures
 from harness.report.htmlpage import asset_text, json_block, plotly_js, render_page
 from harness.report.opformat import describe_action, describe_op
 from harness import store
+from harness.cluster_settings import CLUSTER_CONFIG_FILE
 
 MAX_WITNESSES_SHOWN = 12
 WITNESSES_OPEN = 3  # the rest of the shown witnesses are folded under "more witnesses"
@@ -45,6 +46,8 @@ class RunMaterial:
     digest: HistoryDigest | None
     problems: list[str] = field(default_factory=list)
     results_unreadable: bool = False  # results.json exists but could not be used
+    # cluster-config.json of a run against an external cluster: what the cluster reported.
+    cluster_settings: dict[str, Any] | None = None
 
     @property
     def verdict(self) -> store.Verdict:
@@ -84,7 +87,12 @@ def load_run(run_dir: Path) -> RunMaterial:
             problems.append(f"history.jsonl could not be summarised, so there are no plots: {type(exc).__name__}: {exc}")
     else:
         problems.append("history.jsonl is missing, so there are no plots or timeline")
-    return RunMaterial(run_dir, spec, result, digest, problems, results_unreadable)
+    cluster_settings = None
+    if (run_dir / CLUSTER_CONFIG_FILE).exists():
+        cluster_settings, problem = store.read_json_object(run_dir / CLUSTER_CONFIG_FILE)
+        if problem:
+            problems.append(f"{CLUSTER_CONFIG_FILE}: {problem}")
+    return RunMaterial(run_dir, spec, result, digest, problems, results_unreadable, cluster_settings)
 
 
 def _shown_witnesses(result: CheckResult | None) -> list[list[int]]:
@@ -403,7 +411,35 @@ def _config_table(mapping: Any, overridden: Any = None) -> str:
     return f"<table><tbody>{rows}</tbody></table>"
 
 
-def _configuration(spec: dict[str, Any] | None) -> str:
+def _reported_settings(settings: dict[str, Any] | None) -> str:
+    """An external cluster's own settings (cluster-config.json): the claims rest on these,
+    not on what was typed, so the report shows them next to the typed ones."""
+    if not settings:
+        return ""
+    rows = []
+    for reading in settings.get("readings") or []:
+        if not isinstance(reading, dict):
+            continue
+        when = esc(reading.get("when", "?"))
+        for name, topic in sorted((reading.get("topics") or {}).items()):
+            if not isinstance(topic, dict):
+                continue
+            values = {"replication factor": topic.get("replication_factor"), **(topic.get("configs") or {})}
+            shown = ", ".join(f"{k}={v}" for k, v in values.items() if v is not None)
+            rows.append(f"<tr><td>{when}</td><td class='mono'>topic {esc(name)}</td><td class='mono'>{esc(shown)}</td></tr>")
+        for name, broker in sorted((reading.get("brokers") or {}).items()):
+            if isinstance(broker, dict) and broker.get("configs"):
+                shown = ", ".join(f"{k}={v}" for k, v in broker["configs"].items())
+                rows.append(f"<tr><td>{when}</td><td class='mono'>broker {esc(name)}</td><td class='mono'>{esc(shown)}</td></tr>")
+        for error in reading.get("errors") or []:
+            rows.append(f"<tr><td>{when}</td><td colspan='2' class='problem'>{esc(error)}</td></tr>")
+    warnings = "".join(f"<li>{esc(w)}</li>" for w in settings.get("warnings") or [])
+    return ("<h3>Settings the external cluster reported (the claims use these)</h3>"
+            f"<table><tbody>{''.join(rows) or '<tr><td>no reading</td></tr>'}</tbody></table>"
+            + (f"<ul class='problem'>{warnings}</ul>" if warnings else ""))
+
+
+def _configuration(spec: dict[str, Any] | None, cluster_settings: dict[str, Any] | None = None) -> str:
     if spec is None:
         return '<section id="configuration"><h2>Configuration</h2><p class="problem">spec.json is missing or unreadable.</p></section>'
     command = spec.get("command")
@@ -424,13 +460,14 @@ def _configuration(spec: dict[str, Any] | None) -> str:
         f"{command_html}<table><tbody>{main_rows}</tbody></table>"
         '<div class="grid2"><div><h3>Client configuration (librdkafka names)</h3>'
         f"{_config_table(spec.get('client_config'), spec.get('client_config_overrides'))}</div>"
-        f"<div><h3>Cluster configuration</h3>{_config_table(spec.get('cluster_config'))}</div></div></section>"
+        f"<div><h3>Cluster configuration</h3>{_config_table(spec.get('cluster_config'))}</div></div>"
+        f"{_reported_settings(cluster_settings)}</section>"
     )
 
 
 def _files(run_dir: Path) -> str:
     entries = []
-    for name in (store.SPEC_FILE, store.HISTORY_FILE, "history.parquet", store.RESULTS_FILE, store.HARNESS_LOG_FILE):
+    for name in (store.SPEC_FILE, CLUSTER_CONFIG_FILE, store.HISTORY_FILE, "history.parquet", store.RESULTS_FILE, store.HARNESS_LOG_FILE):
         path = run_dir / name
         if path.exists():
             entries.append(name + ("/" if path.is_dir() else ""))
@@ -507,7 +544,7 @@ def render_report(material: RunMaterial) -> str:
             _timeline(material, figures),
             _faults(material.digest),
             _throughput(material.result),
-            _configuration(material.spec),
+            _configuration(material.spec, material.cluster_settings),
             _files(material.run_dir),
             json_block("op-times", _op_times(material.digest)),
             "</main>",

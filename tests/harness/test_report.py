@@ -368,3 +368,23 @@ def test_unexpected_values_in_a_well_formed_history_do_not_stop_the_report(tmp_p
     assert [t["name"] for t in offsets["data"] if "acknowledged, never read" in t["name"]] == [
         "k2 acknowledged, never read", "ktopic-a acknowledged, never read"
     ]
+
+
+def test_an_external_runs_reported_settings_are_shown_beside_the_typed_ones(tmp_path):
+    from harness.cluster_settings import ClusterSettingsRecord
+
+    run = tmp_path / "queue" / "20261122T070000.000000"
+    write_valid_run(run)
+    record = ClusterSettingsRecord({"min.insync.replicas": "2"}, {"min.insync.replicas": "min.insync.replicas"},
+                                   {"num.replica.fetchers": "2"}, warnings=["num.replica.fetchers is a broker setting: not applied"])
+    record.readings.append({"when": "after set-up", "errors": ["DescribeConfigs of broker 1 refused"],
+                            "topics": {"t0": {"replication_factor": 2, "errors": [],
+                                              "configs": {"min.insync.replicas": "1", "unclean.leader.election.enable": "true"}}},
+                            "brokers": {"0": {"errors": [], "configs": {"log.crash.lose.unflushed": "false"}}}})
+    record.save(run)
+    html = write_report(run).read_text()
+    assert "Settings the external cluster reported (the claims use these)" in html
+    assert "replication factor=2, min.insync.replicas=1, unclean.leader.election.enable=true" in html
+    assert "log.crash.lose.unflushed=false" in html and "DescribeConfigs of broker 1 refused" in html
+    assert "num.replica.fetchers is a broker setting: not applied" in html
+    assert '<a href="cluster-config.json">' in html

@@ -94,6 +94,42 @@ def test_an_unsafe_cluster_fails_the_test_with_anomalies_witnesses_report_and_co
             in out)
 
 
+def test_the_cluster_marker_sizes_configures_and_scopes_the_cluster(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_user="""
+        import psutil
+        import pytest
+
+        seen = {}
+
+        @pytest.mark.logquake_cluster(brokers=1)
+        def test_first(logquake_cluster):
+            seen["module"] = logquake_cluster.bootstrap_servers
+
+        @pytest.mark.logquake_cluster(brokers=1)
+        def test_same_marker_shares_the_module_cluster(logquake_cluster):
+            assert logquake_cluster.bootstrap_servers == seen["module"]
+
+        @pytest.mark.logquake_cluster(brokers=1, scope="function")
+        def test_function_scope_gets_its_own(logquake_cluster):
+            assert logquake_cluster.bootstrap_servers != seen["module"]
+            seen["function_pids"] = logquake_cluster.pids()
+
+        @pytest.mark.logquake_cluster(brokers=2, config={"min.insync.replicas": "2"})
+        def test_size_and_config(logquake_cluster):
+            assert len(logquake_cluster.brokers) == 2 and logquake_cluster.config["min.insync.replicas"] == "2"
+            assert logquake_cluster.bootstrap_servers != seen["module"]
+            assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+                           for pid in seen["function_pids"]), "a function-scoped cluster stops with its test"
+
+        @pytest.mark.logquake_cluster(size=3)
+        def test_bad_marker(logquake_cluster):
+            pass
+    """)
+    result = _run_inner(pytester)
+    result.assert_outcomes(passed=4, errors=1)
+    assert "has unknown argument(s) ['size']" in result.stdout.str()
+
+
 def test_the_plugin_is_registered_and_leaves_other_tests_alone(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_plain="def test_plain():\n    assert True\n")
     result = _run_inner(pytester, "-v")

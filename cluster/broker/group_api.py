@@ -154,7 +154,11 @@ def handle_offset_commit(broker: Broker, request: Request, reply: Reply) -> None
         answer(ErrorCode.none)
 
 
-def _offsets_for(broker: Broker, version: int, group_id: str, topics: Any, topic_cls: type, partition_cls: type) -> tuple[Any, ...]:
+def _offsets_for(broker: Broker, version: int, group_id: str, topics: Any, topic_cls: type, partition_cls: type,
+                 require_stable: bool = False) -> tuple[Any, ...]:
+    """With `require_stable` (KIP-447, v7+; librdkafka sets it for read_committed consumers),
+    a partition whose offset a transaction has committed but not yet completed answers
+    UNSTABLE_OFFSET_COMMIT, and the consumer asks again, instead of the older offset."""
     committed = broker.groups.committed(group_id)
     wanted: list[tuple[str, list[int]]]
     if topics is None:
@@ -169,6 +173,10 @@ def _offsets_for(broker: Broker, version: int, group_id: str, topics: Any, topic
         partitions = []
         for index in indexes:
             entry = committed.get((name, index))
+            if require_stable and broker.txn_offsets.is_pending(group_id, name, index):
+                partitions.append(build(partition_cls, partition_index=index, committed_offset=-1, committed_leader_epoch=-1, metadata="",
+                                        error_code=ErrorCode.unstable_offset_commit))
+                continue
             partitions.append(
                 build(
                     partition_cls,
@@ -190,7 +198,7 @@ def handle_offset_fetch(broker: Broker, request: Request, reply: Reply) -> None:
     if version < 8:
         topic_cls = payload_class(ApiKey.OFFSET_FETCH, version, "OffsetFetchResponseTopic")
         partition_cls = payload_class(ApiKey.OFFSET_FETCH, version, "OffsetFetchResponsePartition")
-        topics = _offsets_for(broker, version, body.group_id, body.topics, topic_cls, partition_cls)
+        topics = _offsets_for(broker, version, body.group_id, body.topics, topic_cls, partition_cls, bool(getattr(body, "require_stable", False)))
         reply(broker.respond(request, build(cls, throttle_time=NO_THROTTLE, topics=topics, error_code=ErrorCode.none)))
         return
     group_cls = payload_class(ApiKey.OFFSET_FETCH, version, "OffsetFetchResponseGroup")
@@ -199,7 +207,8 @@ def handle_offset_fetch(broker: Broker, request: Request, reply: Reply) -> None:
     groups = []
     for g in body.groups:
         error = broker.group_error(g.group_id)
-        topics = _offsets_for(broker, version, g.group_id, g.topics, topic_cls, partition_cls) if error is ErrorCode.none else ()
+        topics = (_offsets_for(broker, version, g.group_id, g.topics, topic_cls, partition_cls, bool(body.require_stable))
+                  if error is ErrorCode.none else ())
         groups.append(build(group_cls, group_id=g.group_id, topics=topics, error_code=error))
     reply(broker.respond(request, build(cls, throttle_time=NO_THROTTLE, groups=tuple(groups))))
 

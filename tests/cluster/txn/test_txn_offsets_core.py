@@ -104,3 +104,30 @@ def test_a_zombie_commit_under_an_older_epoch_is_refused() -> None:
     driver.restart()
     driver.await_coordinator(GROUP)
     assert txn_offset_commit(driver, "tx", PID, EPOCH, GROUP, {("t", 0): 6}) == {("t", 0): ErrorCode.producer_fenced}  # rebuilt by the replay
+
+
+def test_offset_fetch_with_require_stable_waits_for_the_marker() -> None:
+    from cluster.protocol.versions import ApiKey
+
+    driver = driver_with_group()
+    assert txn_offset_commit(driver, "tx", PID, EPOCH, GROUP, {("t", 0): 3}) == {("t", 0): ErrorCode.none}
+
+    def fetch(version: int, require_stable: bool) -> tuple[ErrorCode, int]:
+        if version >= 8:
+            group_cls = driver.request_class(ApiKey.OFFSET_FETCH, version, "OffsetFetchRequestGroup")
+            topics_cls = driver.request_class(ApiKey.OFFSET_FETCH, version, "OffsetFetchRequestTopics")
+            body = driver.call(ApiKey.OFFSET_FETCH, version, require_stable=require_stable, groups=(
+                group_cls(group_id=GROUP, member_id=None, member_epoch=-1, topics=(topics_cls(name="t", partition_indexes=(0,)),)),))
+            p = body.groups[0].topics[0].partitions[0]
+        else:
+            topic_cls = driver.request_class(ApiKey.OFFSET_FETCH, version, "OffsetFetchRequestTopic")
+            body = driver.call(ApiKey.OFFSET_FETCH, version, group_id=GROUP, require_stable=require_stable,
+                               topics=(topic_cls(name="t", partition_indexes=(0,)),))
+            p = body.topics[0].partitions[0]
+        return p.error_code, p.committed_offset
+
+    for version in (7, 9):
+        assert fetch(version, require_stable=True) == (ErrorCode.unstable_offset_commit, -1)
+        assert fetch(version, require_stable=False) == (ErrorCode.none, -1)
+    append_marker(driver, offsets_tp(driver), PID, EPOCH, committed=True)
+    assert fetch(9, require_stable=True) == (ErrorCode.none, 3)

@@ -19,7 +19,7 @@ from typing import Any
 from kio.index import EntityType
 from kio.schema.errors import ErrorCode
 
-from cluster.broker import admin_api, config_api, delete_records_api, fetch, group_api, produce, producers_api, topic_api, txn_admin_api, txn_api, txn_offset_api
+from cluster.broker import admin_api, config_api, delete_records_api, fetch, group_api, produce, producers_api, topic_api, txn_admin_api, txn_api, txn_markers_api, txn_offset_api
 from cluster.broker.controller_client import ControllerClient
 from cluster.broker.env import ClientInfo, Clock, Endpoint, Outbound, Reply, Response, Rng, Scheduler, TimerHandle
 from cluster.broker.groups import Group, GroupCoordinator, OffsetToCommit
@@ -80,6 +80,7 @@ class Broker:
             controller = Endpoint(*voter)
         self.controller_client = ControllerClient(config, clock, scheduler, outbound, controller, self._on_metadata, rng)
         self.replicas = ReplicaManager(config, disk, clock, scheduler, outbound, self.controller_client, self._log_config_for_topic)
+        self.replicas.on_txn_marker = self.on_txn_marker  # markers followers replicate
         self.topics = ImageTopics(self.controller_client)
         self.producer_ids = ProducerIdAllocator(self.controller_client)
         self.txn = TxnService(self)  # the transaction coordinator of the __transaction_state partitions it leads
@@ -136,6 +137,7 @@ class Broker:
             ApiKey.TXN_OFFSET_COMMIT: lambda r, c, reply: txn_offset_api.handle_txn_offset_commit(self, r, reply),
             ApiKey.DESCRIBE_TRANSACTIONS: lambda r, c, reply: txn_admin_api.handle_describe_transactions(self, r, reply),
             ApiKey.LIST_TRANSACTIONS: lambda r, c, reply: txn_admin_api.handle_list_transactions(self, r, reply),
+            ApiKey.WRITE_TXN_MARKERS: lambda r, c, reply: txn_markers_api.handle_write_txn_markers(self, r, reply),
         }
 
     # ---- lifecycle ---------------------------------------------------------------------

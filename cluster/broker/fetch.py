@@ -4,6 +4,8 @@ A Fetch that finds fewer than `min_bytes` waits up to `max_wait` for appends to 
 partitions (each append wakes it to re-read), then answers with whatever is there. Whole
 stored batches go out untouched; the first partition with data always gets at least one
 batch, even above the byte limits (KIP-74); `records` is empty bytes, never null.
+A read_committed consumer (isolation_level 1) reads below the last stable offset and gets the
+aborted transactions that overlap what it read; its long poll re-reads as the LSO moves.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from cluster.broker.partition import Partition
 from cluster.protocol.codec import Request, build, payload_class, response_class
 from cluster.protocol.fetch_response import FetchPartitionResult, FetchTopicResult, encode_fetch_response
 from cluster.protocol.versions import ApiKey
+from cluster.storage.batch import parse_header
 from cluster.storage.log import OffsetOutOfRangeError
 
 if TYPE_CHECKING:
@@ -112,7 +115,7 @@ def _read(broker: Broker, request: Request) -> _FetchRead:
                 if replica_id >= 0:
                     batches = partition.read_for_replica(p.fetch_offset, max(limit, 0))
                 else:
-                    batches = partition.read(p.fetch_offset, max(limit, 0))
+                    batches = partition.read(p.fetch_offset, max(limit, 0), read_committed)
             except OffsetOutOfRangeError:
                 result.error_code = ErrorCode.offset_out_of_range.value
                 has_error = True
@@ -121,6 +124,11 @@ def _read(broker: Broker, request: Request) -> _FetchRead:
             if total and size > remaining:
                 continue  # only the first partition with data may exceed the limits
             result.records = batches
+            if read_committed and batches and replica_id < 0:
+                # Kafka's collectAbortedTransactions: those with records in the range returned.
+                upper = parse_header(batches[-1]).next_offset
+                result.aborted_transactions = tuple((a.producer_id, a.first_offset)
+                                                    for a in partition.aborted_transactions(p.fetch_offset, upper))
             total += size
             remaining -= size
     return _FetchRead(topics, total, has_error, touched)

@@ -12,7 +12,9 @@ Kafka's rules (reference/kafka-reliability.md §1.3):
   fetch; one not caught up for replica.lag.time.max.ms leaves the ISR. One whose log end has
   reached the HWM and the start of the leader's epoch rejoins it. ISR changes go through
   the controller (AlterPartition), one at a time.
-- Consumers read below the HWM only (unless fetch.read.past.high.watermark, unsafe).
+- Consumers read below the HWM only (unless fetch.read.past.high.watermark, unsafe);
+  read_committed consumers below the last stable offset (the first offset of the earliest
+  undecided transaction, capped at the HWM), told which aborted transactions they read.
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ from kio.schema.errors import ErrorCode
 
 from cluster.broker.producer_state import ProducerStateTable
 from cluster.metadata.image import PartitionState
+from cluster.protocol.records import build_control_batch, read_control_marker
 from cluster.storage.batch import BatchHeader, restamp, split_batches
 from cluster.storage.log import PartitionLog
+from cluster.storage.txn_index import AbortedTxn, ControlMarker
 
 log = logging.getLogger(__name__)
 
@@ -96,12 +100,23 @@ class Partition:
         self.epoch_start_offset = 0  # where our leader epoch begins (the log end when elected)
         self._append_listeners: set[Callable[[], None]] = set()
         self._pending_acks: list[PendingAck] = []
-        self._rebuild_producer_state()
+        # Called with (tp, producer id, producer epoch, committed) for each transaction marker a
+        # follower replicates (the leader's marker handler calls the broker itself).
+        self.marker_listener: Callable[[TopicPartition, int, int, bool], None] | None = None
+        self.rebuild_producer_state()
 
-    def _rebuild_producer_state(self) -> None:
+    def rebuild_producer_state(self) -> None:
+        """Producer state, open transactions and the aborted-transaction index, from the log."""
         self.producers.clear()
-        for header in self.log.batch_headers(from_offset=self.log.log_start_offset):
-            self.producers.record(header)
+        headers = list(self.log.batch_headers(from_offset=self.log.log_start_offset))
+        for header in headers:
+            self.producers.record(header, self._marker_at(header), self.high_watermark)
+
+    def _marker_at(self, header: BatchHeader) -> ControlMarker | None:
+        if not header.is_control:
+            return None
+        batches = self.log.read(header.base_offset, header.size_bytes)
+        return read_control_marker(batches[0]) if batches else None
 
     # ---- offsets ---------------------------------------------------------------------
 
@@ -115,8 +130,13 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        # No transactions: nothing is open, so the LSO is the high watermark.
-        return self.high_watermark
+        return self.producers.last_stable_offset(self.high_watermark)
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """Aborted transactions with records in [fetch_offset, upper_bound_offset)."""
+        # Retention and DeleteRecords move the log start; entries wholly before it go.
+        self.producers.aborted.drop_below(self.log_start_offset)
+        return self.producers.aborted.overlapping(fetch_offset, upper_bound_offset)
 
     @property
     def is_leader(self) -> bool:
@@ -204,6 +224,19 @@ class Partition:
         stamped = restamp(batch, self.log.log_end_offset, self.leader_epoch)
         header = self.log.append(stamped, now_ms=now_ms)
         self.producers.record(header)
+        self.maybe_advance_high_watermark()
+        self.wake_fetchers()
+        return header
+
+    def append_marker(self, *, committed: bool, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                      now_ms: int) -> BatchHeader:
+        """Append a transaction marker (control batch) as leader; it ends the producer's
+        transaction here. The caller checked it with producers.check_marker."""
+        batch = build_control_batch(committed=committed, producer_id=producer_id, producer_epoch=producer_epoch,
+                                    coordinator_epoch=coordinator_epoch, base_offset=self.log.log_end_offset, timestamp_ms=now_ms,
+                                    partition_leader_epoch=self.leader_epoch)
+        header = self.log.append(batch, now_ms=now_ms)
+        self.producers.record(header, ControlMarker(committed, coordinator_epoch), self.high_watermark)
         self.maybe_advance_high_watermark()
         self.wake_fetchers()
         return header
@@ -348,7 +381,10 @@ class Partition:
             if header.base_offset < self.log_end_offset:
                 continue  # already have it (a retried fetch)
             appended = self.log.append(batch, now_ms=now_ms)
-            self.producers.record(appended)
+            marker = read_control_marker(batch) if appended.is_control else None
+            self.producers.record(appended, marker, self.high_watermark)
+            if marker is not None and self.marker_listener is not None:
+                self.marker_listener(self.tp, appended.producer_id, appended.producer_epoch, marker.committed)
             count += 1
         if count:
             self.wake_fetchers()
@@ -369,7 +405,7 @@ class Partition:
         target = self.log.batch_boundary_at_or_below(max(offset, self.log_start_offset))
         if target < self.log_end_offset:
             self.log.truncate_to(target)
-            self._rebuild_producer_state()
+            self.rebuild_producer_state()
         if self.high_watermark > self.log_end_offset:
             self.high_watermark = self.log_end_offset
 
@@ -387,9 +423,12 @@ class Partition:
     def remove_append_listener(self, listener: Callable[[], None]) -> None:
         self._append_listeners.discard(listener)
 
-    def read(self, fetch_offset: int, max_bytes: int) -> list[bytes | memoryview]:
-        """What a consumer may read: below the HWM."""
-        limit = None if self.settings.read_past_high_watermark else self.high_watermark
+    def read(self, fetch_offset: int, max_bytes: int, read_committed: bool = False) -> list[bytes | memoryview]:
+        """What a consumer may read: below the HWM, or below the LSO for read_committed."""
+        if read_committed:
+            limit: int | None = self.last_stable_offset
+        else:
+            limit = None if self.settings.read_past_high_watermark else self.high_watermark
         return self.log.read(fetch_offset, max_bytes, max_offset=limit)
 
     def read_for_replica(self, fetch_offset: int, max_bytes: int) -> list[bytes | memoryview]:

@@ -7,6 +7,12 @@ until the high watermark passes the batch: then it succeeds (or gets
 NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR fell below min ISR meanwhile), or fails with
 REQUEST_TIMED_OUT after the request's timeout, or NOT_LEADER_OR_FOLLOWER if leadership moves.
 The response goes out once every partition in the request is decided.
+
+Transactional batches (KIP-98) come in requests with a transactional id; the producer state
+opens the producer's transaction at its first one, refuses an older epoch
+(INVALID_PRODUCER_EPOCH, what Kafka answers since KIP-588 for every Produce version) and a
+non-transactional batch while a transaction is open (INVALID_TXN_STATE). Control batches are
+the coordinator's (WriteTxnMarkers) and never a client's.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from cluster.broker.producer_state import Duplicate, Reject
 from cluster.broker.topics import INTERNAL_TOPICS
 from cluster.protocol.codec import Request
 from cluster.protocol.produce_response import ProducePartitionResult, ProduceTopicResult, encode_produce_response
-from cluster.storage.batch import InvalidBatchError, split_batches
+from cluster.storage.batch import BatchHeader, InvalidBatchError, split_batches
 
 if TYPE_CHECKING:
     from cluster.broker.broker import Broker
@@ -41,10 +47,9 @@ def handle_produce(broker: Broker, request: Request, reply: Reply) -> None:
         for data in topic.partition_data:
             if body.acks not in VALID_ACKS:
                 partitions.append(ProducePartitionResult(data.index, ErrorCode.invalid_required_acks.value, error_message=f"acks={body.acks} is not 0, 1 or -1"))
-            elif body.transactional_id is not None:
-                partitions.append(ProducePartitionResult(data.index, ErrorCode.invalid_request.value, error_message="transactions are not supported yet"))
             else:
-                result, partition, required = _produce_partition(broker, topic.name, data.index, data.records, now_ms, body.acks)
+                result, partition, required = _produce_partition(broker, topic.name, data.index, data.records, now_ms, body.acks,
+                                                                 body.transactional_id)
                 partitions.append(result)
                 if partition is not None:
                     waits.append((len(results), len(partitions) - 1, partition, required))
@@ -90,7 +95,7 @@ def handle_produce(broker: Broker, request: Request, reply: Reply) -> None:
 
 
 def _produce_partition(broker: Broker, topic: str, index: int, records: bytes | None, now_ms: int,
-                       acks: int) -> tuple[ProducePartitionResult, Partition | None, int]:
+                       acks: int, transactional_id: str | None = None) -> tuple[ProducePartitionResult, Partition | None, int]:
     """The partition's result, and (for acks=all after an append) the partition and offset
     the answer must wait for."""
     partition = broker.partition(topic, index)
@@ -102,14 +107,14 @@ def _produce_partition(broker: Broker, topic: str, index: int, records: bytes | 
     not_leader = partition.leader_error()
     if not_leader is not None:
         return ProducePartitionResult(index, not_leader.value), None, 0
-    result, required = _append(broker, partition, topic, index, records, now_ms, acks)
+    result, required = _append(broker, partition, topic, index, records, now_ms, acks, transactional_id)
     if acks == -1 and result.error_code == ErrorCode.none.value and required > 0:
         return result, partition, required
     return result, None, 0
 
 
 def _append(broker: Broker, partition: Partition, topic: str, index: int, records: bytes | None, now_ms: int,
-            acks: int) -> tuple[ProducePartitionResult, int]:
+            acks: int, transactional_id: str | None = None) -> tuple[ProducePartitionResult, int]:
     """Validate and append; the result, and the offset the batch ends at (0: nothing to wait for)."""
     if not records:
         return ProducePartitionResult(index, ErrorCode.corrupt_message.value, error_message="produce request carries no record batch"), 0
@@ -126,6 +131,9 @@ def _append(broker: Broker, partition: Partition, topic: str, index: int, record
         # Kafka requires exactly one batch per partition from Produce v3 on.
         return ProducePartitionResult(index, ErrorCode.invalid_record.value, error_message=f"{len(batches)} record batches; exactly one is allowed"), 0
     header, batch = batches[0]
+    refused = _transactional_refusal(header, transactional_id)
+    if refused is not None:
+        return ProducePartitionResult(index, refused[0].value, -1, -1, partition.log_start_offset, error_message=refused[1]), 0
     if acks == -1 and partition.isr_below_min():
         # Checked before the producer state, as Kafka does: a retried duplicate is refused too.
         return ProducePartitionResult(index, ErrorCode.not_enough_replicas.value, -1, -1, partition.log_start_offset,
@@ -137,9 +145,34 @@ def _append(broker: Broker, partition: Partition, topic: str, index: int, record
     if isinstance(verdict, Reject):
         log.info("produce to %s-%d rejected: %s", topic, index, verdict.message)
         return ProducePartitionResult(index, verdict.error.value, -1, -1, partition.log_start_offset, error_message=verdict.message), 0
+    # KIP-890 part 1 seam: when opens_transaction(partition, header) the leader must first ask
+    # the coordinator (Broker.txn.verifier.verify, asynchronous) whether this partition is in
+    # the producer's ongoing transaction, and append only on its "none". Not wired here yet.
     try:
         appended = partition.append_as_leader(batch, now_ms)
     except OSError as error:
         log.error("append to %s-%d failed: %s", topic, index, error)
         return ProducePartitionResult(index, ErrorCode.kafka_storage_error.value, error_message=str(error)), 0
     return ProducePartitionResult(index, ErrorCode.none.value, appended.base_offset, -1, partition.log_start_offset), appended.next_offset
+
+
+def _transactional_refusal(header: BatchHeader, transactional_id: str | None) -> tuple[ErrorCode, str] | None:
+    if header.is_control:
+        # As Kafka's LogValidator: only the broker writes control batches (markers).
+        return ErrorCode.invalid_record, "clients may not produce control batches"
+    if header.is_transactional:
+        if transactional_id is None:
+            # Kafka authorizes transactional records by their transactional id: none, refused.
+            return ErrorCode.transactional_id_authorization_failed, "transactional batch in a request without a transactional id"
+        if not header.has_producer_id:
+            return ErrorCode.invalid_record, "transactional batch without a producer id"
+    return None
+
+
+def opens_transaction(partition: Partition, header: BatchHeader) -> bool:
+    """Would appending this batch open a transaction of its producer on this partition (the
+    append KIP-890 part 1 verifies with the coordinator first)?"""
+    if not header.is_transactional:
+        return False
+    entry = partition.producers.entry(header.producer_id)
+    return entry is None or entry.current_txn_first_offset < 0 or header.producer_epoch > entry.producer_epoch

@@ -4,6 +4,14 @@ appended batches (Kafka's NUM_BATCHES_TO_RETAIN, matching max.in.flight <= 5).
 `check` decides what a sequenced batch is before it is appended; `record` notes a batch
 after it is appended (also when rebuilding from the log's batch headers on startup, so
 de-duplication survives restarts).
+
+Transactions (KIP-98): a producer's first transactional batch opens its ongoing transaction
+at that batch's offset; a control batch (the coordinator's commit or abort marker) ends it.
+The last stable offset is the first offset of the earliest transaction not yet decided, where
+a transaction counts as undecided until its marker is below the high watermark (as Kafka's
+unreplicated transactions). Aborted transactions go to the aborted-transaction index that
+read_committed fetches consult. All of it is rebuilt from the log by replaying `record`, on
+the leader and on followers alike, so a new leader serves read_committed as the old one did.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ from dataclasses import dataclass, field
 from kio.schema.errors import ErrorCode
 
 from cluster.storage.batch import BatchHeader, NO_SEQUENCE
+from cluster.storage.txn_index import AbortedTxn, AbortedTxnIndex, ControlMarker
 
 BATCHES_TO_RETAIN = 5
 _SEQUENCE_MODULUS = 2**31
@@ -33,6 +42,11 @@ class ProducerEntry:
     # The max timestamp of its last appended batch (DescribeProducers' lastTimestamp).
     last_timestamp_ms: int = -1
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=BATCHES_TO_RETAIN))
+    # The epoch of the coordinator that wrote this producer's last marker (-1: none yet): a
+    # marker from an older coordinator is fenced.
+    coordinator_epoch: int = -1
+    # First offset of its ongoing transaction on this partition, -1 when none is open.
+    current_txn_first_offset: int = -1
 
     @property
     def last_sequence(self) -> int:
@@ -61,9 +75,21 @@ class Reject:
 SequenceVerdict = Append | Duplicate | Reject
 
 
+@dataclass(slots=True)
+class _Undecided:
+    """A transaction that holds the last stable offset back: open (marker_offset -1), or
+    ended by a marker not yet below the high watermark."""
+
+    producer_id: int
+    first_offset: int
+    marker_offset: int = -1
+
+
 class ProducerStateTable:
     def __init__(self) -> None:
         self._entries: dict[int, ProducerEntry] = {}
+        self._undecided: list[_Undecided] = []
+        self.aborted = AbortedTxnIndex()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -79,6 +105,15 @@ class ProducerStateTable:
         if not header.has_producer_id or header.base_sequence == NO_SEQUENCE:
             return Append()
         entry = self._entries.get(header.producer_id)
+        if (entry is not None and not header.is_transactional and entry.current_txn_first_offset >= 0
+                and header.producer_epoch >= entry.producer_epoch):
+            # Kafka's ProducerAppendInfo: a producer with an open transaction writes
+            # transactional batches only, until the marker ends it.
+            return Reject(
+                ErrorCode.invalid_txn_state,
+                f"producer {header.producer_id} has an ongoing transaction from offset {entry.current_txn_first_offset}: "
+                f"a non-transactional batch is refused",
+            )
         first, last = header.base_sequence, header.last_sequence
         if entry is None:
             if first != 0:
@@ -110,19 +145,69 @@ class ProducerStateTable:
             )
         return Append()
 
-    def record(self, header: BatchHeader) -> None:
-        """Note an appended batch (header carries its final base offset)."""
+    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> Reject | None:
+        """May a marker of this producer, sent by a coordinator in `coordinator_epoch`, be
+        appended? Kafka's appendEndTxnMarker checks: the producer epoch is not older than the
+        partition's, the coordinator epoch not older than the last marker's."""
+        entry = self._entries.get(producer_id)
+        if entry is None:
+            return None
+        if producer_epoch < entry.producer_epoch:
+            return Reject(ErrorCode.invalid_producer_epoch,
+                          f"marker for producer {producer_id} epoch {producer_epoch} is older than the current {entry.producer_epoch}")
+        if coordinator_epoch < entry.coordinator_epoch:
+            return Reject(ErrorCode.transaction_coordinator_fenced,
+                          f"marker for producer {producer_id} from coordinator epoch {coordinator_epoch}, "
+                          f"older than the last marker's {entry.coordinator_epoch}")
+        return None
+
+    def record(self, header: BatchHeader, marker: ControlMarker | None = None, high_watermark: int = 0) -> None:
+        """Note an appended batch (header carries its final base offset). A control batch
+        comes with its decoded marker; `high_watermark` is the partition's when it was
+        appended (an aborted transaction's index entry records the LSO then)."""
         if not header.has_producer_id:
             return
         entry = self._entries.get(header.producer_id)
         if entry is None or header.producer_epoch > entry.producer_epoch:
-            entry = ProducerEntry(header.producer_epoch)
+            # A new epoch starts a new sequence space; the coordinator epoch carries over.
+            coordinator_epoch = entry.coordinator_epoch if entry is not None else -1
+            ongoing = entry.current_txn_first_offset if entry is not None else -1
+            entry = ProducerEntry(header.producer_epoch, coordinator_epoch=coordinator_epoch, current_txn_first_offset=ongoing)
             self._entries[header.producer_id] = entry
         elif header.producer_epoch < entry.producer_epoch:
             return
         entry.last_timestamp_ms = header.max_timestamp_ms
+        if header.is_control:
+            if marker is not None:
+                self._end_txn(header, entry, marker, high_watermark)
+            return
+        if header.is_transactional and entry.current_txn_first_offset < 0:
+            entry.current_txn_first_offset = header.base_offset
+            self._undecided.append(_Undecided(header.producer_id, header.base_offset))
         if header.base_sequence != NO_SEQUENCE:
             entry.batches.append(BatchMetadata(header.base_sequence, header.last_sequence, header.base_offset, header.last_offset))
 
+    def _end_txn(self, header: BatchHeader, entry: ProducerEntry, marker: ControlMarker, high_watermark: int) -> None:
+        marker_offset = header.base_offset
+        # As Kafka: a marker with no transaction open here completes an empty one at itself.
+        first = entry.current_txn_first_offset if entry.current_txn_first_offset >= 0 else marker_offset
+        entry.current_txn_first_offset = -1
+        entry.coordinator_epoch = max(entry.coordinator_epoch, marker.coordinator_epoch)
+        for undecided in self._undecided:
+            if undecided.producer_id == header.producer_id and undecided.marker_offset < 0:
+                undecided.marker_offset = marker_offset
+        if not marker.committed:
+            others = [u.first_offset for u in self._undecided if u.producer_id != header.producer_id and u.marker_offset < 0]
+            lso = min([marker_offset + 1, *others])
+            self.aborted.add(AbortedTxn(header.producer_id, first, marker_offset, min(lso, max(high_watermark, first))))
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """The first offset of the earliest undecided transaction, capped at the HWM."""
+        # A marker below the HWM is committed: its transaction no longer holds the LSO back.
+        self._undecided = [u for u in self._undecided if u.marker_offset < 0 or u.marker_offset >= high_watermark]
+        return min([high_watermark, *(u.first_offset for u in self._undecided)])
+
     def clear(self) -> None:
         self._entries.clear()
+        self._undecided.clear()
+        self.aborted.clear()

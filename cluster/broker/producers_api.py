@@ -39,7 +39,7 @@ def handle_describe_producers(broker: Broker, request: Request, reply: Reply) ->
                 continue
             producers = tuple(
                 build(state_cls, producer_id=producer_id, producer_epoch=entry.producer_epoch, last_sequence=entry.last_sequence,
-                      last_timestamp=entry.last_timestamp_ms, coordinator_epoch=NO_TRANSACTION, current_txn_start_offset=NO_TRANSACTION)
+                      last_timestamp=entry.last_timestamp_ms, coordinator_epoch=entry.coordinator_epoch, current_txn_start_offset=entry.current_txn_first_offset)
                 for producer_id, entry in partition.producers.entries()
             )
             partitions.append(build(partition_cls, partition_index=index, error_code=ErrorCode.none, error_message=None, active_producers=producers))

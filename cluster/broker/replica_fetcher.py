@@ -126,6 +126,7 @@ class ReplicaFetcher:
                          answer.log_start_offset)
                 p.log.truncate_fully_and_start_at(int(answer.log_start_offset), now_ms=now_ms)
                 p.high_watermark = p.log_end_offset
+                p.rebuild_producer_state()
             else:
                 log.warning("%s: fetch offset %d out of range at leader %d; truncating to its high watermark %d", p.tp, p.log_end_offset,
                             self.leader_id, leader_end)

@@ -62,6 +62,12 @@ class ReplicaManager:
         self._timer: TimerHandle | None = None
         self._checkpoint_timer: TimerHandle | None = None
         self._checkpointed_hwm: dict[TopicPartition, int] = {}
+        # The broker's Broker.on_txn_marker: told of each marker a follower replicates.
+        self.on_txn_marker: Callable[[TopicPartition, int, int, bool], None] | None = None
+
+    def _marker_replicated(self, tp: TopicPartition, producer_id: int, producer_epoch: int, committed: bool) -> None:
+        if self.on_txn_marker is not None:
+            self.on_txn_marker(tp, producer_id, producer_epoch, committed)
 
     def start(self) -> None:
         self.disk.makedirs(self.config.data_dir)
@@ -182,6 +188,7 @@ class ReplicaManager:
                 partition_log = self._open_log(tp, state.topic_id)
                 partition = self.partitions[tp] = Partition(tp, partition_log, self._settings(topic.configs),
                                                             high_watermark=self._checkpointed_high_watermark(tp))
+                partition.marker_listener = self._marker_replicated
             role = partition.apply_state(state, now_ms)
             if role == LEADER:
                 changes.became_leader.append(tp)

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import crc32c
 
 from cluster.protocol import wire
-from cluster.storage.batch import CRC_START, HEADER, HEADER_SIZE, LOG_OVERHEAD, parse_header
+from cluster.storage.batch import ATTR_CONTROL, ATTR_TRANSACTIONAL, CRC_START, HEADER, HEADER_SIZE, LOG_OVERHEAD, parse_header
+from cluster.storage.txn_index import ControlMarker
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -106,3 +107,39 @@ def read_records(batch: bytes | memoryview) -> list[ReadRecord]:
         pos = end
         out.append(ReadRecord(header.base_offset + offset_delta, header.base_timestamp_ms + timestamp_delta, key, value))
     return out
+
+
+# Kafka's control records: key = (version int16 0, type int16: 0 abort, 1 commit), value of
+# an end-transaction marker = (version int16 0, coordinator epoch int32).
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+_CONTROL_KEY = struct.Struct(">hh")
+_MARKER_VALUE = struct.Struct(">hi")
+
+
+def build_control_batch(*, committed: bool, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                        base_offset: int, timestamp_ms: int, partition_leader_epoch: int = -1) -> bytes:
+    """A transaction marker: a transactional control batch of one record."""
+    key = _CONTROL_KEY.pack(0, CONTROL_COMMIT if committed else CONTROL_ABORT)
+    value = _MARKER_VALUE.pack(0, coordinator_epoch)
+    return build_batch([Record(key, value)], base_offset=base_offset, timestamp_ms=timestamp_ms, partition_leader_epoch=partition_leader_epoch,
+                       attributes=ATTR_TRANSACTIONAL | ATTR_CONTROL, producer_id=producer_id, producer_epoch=producer_epoch)
+
+
+def read_control_marker(batch: bytes | memoryview) -> ControlMarker | None:
+    """The marker of a control batch; None when it is not an end-transaction marker (Kafka
+    ignores other control record types) or cannot be read."""
+    try:
+        records = read_records(batch)
+    except (ValueError, IndexError, struct.error):
+        return None
+    if not records or records[0].key is None or len(records[0].key) < _CONTROL_KEY.size:
+        return None
+    _, kind = _CONTROL_KEY.unpack_from(records[0].key, 0)
+    if kind not in (CONTROL_ABORT, CONTROL_COMMIT):
+        return None
+    coordinator_epoch = -1
+    value = records[0].value
+    if value is not None and len(value) >= _MARKER_VALUE.size:
+        _, coordinator_epoch = _MARKER_VALUE.unpack_from(value, 0)
+    return ControlMarker(kind == CONTROL_COMMIT, coordinator_epoch)

@@ -91,6 +91,7 @@ SUPPORTED_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.DELETE_GROUPS: VersionRange(0, 2),
     ApiKey.OFFSET_DELETE: VersionRange(0, 0),
     ApiKey.DESCRIBE_PRODUCERS: VersionRange(0, 0),
+    ApiKey.WRITE_TXN_MARKERS: VersionRange(1, 1),  # broker to broker; kio 0.6.5 has no v0 schema
 }
 
 

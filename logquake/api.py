@@ -19,6 +19,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
@@ -231,11 +232,21 @@ def _run_child(command: list[str], sink: Any) -> tuple[int, str]:
     except BaseException:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)
+            # Keep copying its output (it says what it is doing, and a full pipe would block
+            # its teardown) until it exits; kill it if that takes too long or on a second interrupt.
+            killer = threading.Timer(INTERRUPT_GRACE_S, proc.kill)
+            killer.start()
             try:
-                proc.wait(timeout=INTERRUPT_GRACE_S)
-            except subprocess.TimeoutExpired:
+                assert proc.stdout is not None
+                for line in proc.stdout:
+                    sink.write(line)
+                proc.wait()
+            except BaseException:
                 proc.kill()
                 proc.wait()
+                raise
+            finally:
+                killer.cancel()
         raise
     finally:
         if proc.stdout is not None:

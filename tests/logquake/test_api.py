@@ -117,3 +117,49 @@ def test_local_cluster_tears_down_on_keyboard_interrupt(tmp_path: Path) -> None:
     # Stopped by the block's teardown, not merely by the parent-death signal when Python exited.
     for broker in (0, 1):
         assert f"broker {broker}: shutdown requested" in (tmp_path / "cluster" / f"broker-{broker}.log").read_text()
+
+
+_INTERRUPTED_RUN_SCRIPT = textwrap.dedent("""
+    import sys
+    import logquake
+
+    logquake.run(logquake.TestSpec(time_limit_s=120, brokers=1, seed=3), sys.argv[1])
+""")
+
+
+def _live_processes_naming(path: Path) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and any(str(path) in a for a in proc.info["cmdline"] or ()):
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+def test_an_interrupted_run_stops_its_child_and_cluster_and_raises_keyboard_interrupt(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    proc = subprocess.Popen([sys.executable, "-c", _INTERRUPTED_RUN_SCRIPT, str(results)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        seen = []
+        for line in proc.stdout:  # the run's output, copied by run() as it comes
+            seen.append(line)
+            if "] main " in line:
+                break
+        assert any("] main " in line for line in seen), "".join(seen)[-2000:]
+        brokers = [p for p in _live_processes_naming(results) if "cluster.runtime.broker_main" in " ".join(p.info["cmdline"])]
+        assert brokers, "the run's broker should be up during the main phase"
+        proc.send_signal(signal.SIGINT)  # to the caller only, as a KeyboardInterrupt in its code
+        rest, stderr = proc.communicate(timeout=150)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "KeyboardInterrupt" in stderr
+    assert "stopping, healing faults and tearing down" in rest + stderr  # the child's own orderly stop
+    left = _live_processes_naming(results)
+    for p in left:
+        p.kill()
+    assert left == [], f"processes outlived the interrupted run: {[p.info['cmdline'] for p in left]}"

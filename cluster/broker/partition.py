@@ -245,6 +245,9 @@ class Partition:
         """Append a batch the broker builds itself, given (base_offset, leader_epoch)."""
         batch = build(self.log.log_end_offset, self.leader_epoch)
         header = self.log.append(batch, now_ms=now_ms)
+        # Transactional batches the broker writes (TxnOffsetCommit's) open the producer's
+        # transaction here as they do on followers and on replay.
+        self.producers.record(header)
         self.maybe_advance_high_watermark()
         self.wake_fetchers()
         return header

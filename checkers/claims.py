@@ -244,13 +244,6 @@ AT_LEAST_ONCE = "at-least-once"
 COMMITS_MONOTONIC = "committed-offsets-monotonic"
 
 
-def acked_writes_durable(inputs: ClaimInputs) -> bool:
-    """Whether an acknowledged send's offset is taken as evidence of the log when the version
-    order is built (frames.build_frames); a configuration-only switch, decided before the
-    history is read. Whether a lost write is allowed is `loss_allowance`'s business."""
-    return inputs.acks == "all" and inputs.min_insync_replicas >= 2
-
-
 # Fault kinds (nemeses/: `start-<kind>` ops) that can move a partition's leadership: a
 # crashed, stalled, cut-off or clock-skewed leader is replaced. Unknown kinds excuse nothing.
 LEADERSHIP_FAULTS = frozenset({"kill", "pause", "partition", "clock", "brokers-down", "lone-leader-crash"})

@@ -8,10 +8,9 @@ reads      every polled record, from ok, info and fail poll/txn ops alike
 writes     every sent record of a completed send/txn op (ok, info, fail)
 committed  ops that must have committed: ok, or info with a write some ok op read
 evidence_writes
-           the sends whose offsets are evidence of the log: those of must-have-committed ops,
-           in runs whose acknowledgements promise durability (acks=all, min ISR ≥ 2). With
-           acks=1 an acknowledged offset may be lost and reused by another record, so there
-           only polls say what the log holds
+           the sends whose offsets are evidence of the log: those of must-have-committed ops
+           with a real (non-negative) offset, in every run whatever the acks setting, as in
+           Jepsen; whether what they show (a reused offset) is allowed is the claims' business
 log        distinct (run, key, offset, value) from all polls and from the evidence writes with
            a known offset: the version order's evidence
 slots      per (run, key, offset) the dense index (offset rank among known offsets of the key)
@@ -63,9 +62,7 @@ def delta(a: Column, b: Column) -> Column:
     return F.when(a.isNull() | b.isNull(), F.lit(1)).otherwise(b - a)
 
 
-def build_frames(history: DataFrame, acked_sends_durable: bool | list[str] = True) -> Frames:
-    """`acked_sends_durable`: True or False for every run, or the ids of the runs in which an
-    acknowledged send's offset is evidence of the log (see `evidence_writes`)."""
+def build_frames(history: DataFrame) -> Frames:
     h = history.where(F.col("type") != "invoke")
     reads = (h.where(F.col("f").isin("poll", "txn") & (F.col("mop_f") == "poll") & F.col("key").isNotNull())
              .select(RUN, "process", "op_index", "invoke_index", "type", "f", "row_in_op", "key", "offset",
@@ -79,11 +76,8 @@ def build_frames(history: DataFrame, acked_sends_durable: bool | list[str] = Tru
                       .select(RUN, "op_index").distinct())
     committed = (writes.where(F.col("type") == "ok").select(RUN, "op_index").distinct()
                  .unionByName(info_committed).distinct())
-    evidence_writes = writes.join(committed, [RUN, "op_index"], "left_semi")
-    if acked_sends_durable is False:
-        evidence_writes = evidence_writes.limit(0)
-    elif acked_sends_durable is not True:
-        evidence_writes = evidence_writes.where(F.col(RUN).isin(list(acked_sends_durable)))
+    evidence_writes = (writes.join(committed, [RUN, "op_index"], "left_semi")
+                       .where(F.col("offset").isNull() | (F.col("offset") >= 0)))
     log = (reads.where(F.col("offset").isNotNull()).select(RUN, "key", "offset", "value")
            .unionByName(evidence_writes.where(F.col("offset").isNotNull()).select(RUN, "key", "offset", "value"))
            .distinct())

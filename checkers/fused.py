@@ -52,7 +52,7 @@ def _code() -> Column:
         F.lit(" out of the range the per-key pass packs (row < 2^22, invocation < 2^31 events before)"))))
 
 
-def per_key_answers(history: DataFrame, pre: prepass.Prepass, durable_runs: bool | list[str],
+def per_key_answers(history: DataFrame, pre: prepass.Prepass,
                     checks: dict[str, CheckFn] | None = None) -> DataFrame:
     """The per-key pass as a DataFrame of perkey.OUTPUT_SCHEMA rows.
 
@@ -67,7 +67,7 @@ def per_key_answers(history: DataFrame, pre: prepass.Prepass, durable_runs: bool
     partitions = max(int(spark.conf.get("spark.sql.shuffle.partitions")), -(-total_rows // ROWS_PER_PARTITION))
 
     def facts_of(run: str) -> perkey.RunFacts:
-        return prepass.facts_for(facts, durable_runs, run)
+        return prepass.facts_for(facts, run)
 
     def per_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         received = list(batches)
@@ -83,9 +83,9 @@ def per_key_answers(history: DataFrame, pre: prepass.Prepass, durable_runs: bool
     return coded.repartition(partitions, RUN, "key").mapInArrow(per_partition, perkey.OUTPUT_SCHEMA)
 
 
-def findings(history: DataFrame, durable_runs: bool | list[str], checks: dict[str, CheckFn] | None = None) -> Findings:
-    pre = prepass.collect_facts(history, durable_runs)
-    rows = per_key_answers(history, pre, durable_runs, checks).toArrow().to_pylist()
+def findings(history: DataFrame, checks: dict[str, CheckFn] | None = None) -> Findings:
+    pre = prepass.collect_facts(history)
+    rows = per_key_answers(history, pre, checks).toArrow().to_pylist()
     out = merge(rows)
     for run, f, typ, ops, n_rows in pre.stats:
         out.add_stat(run, f, typ, ops, n_rows)

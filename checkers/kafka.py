@@ -29,7 +29,7 @@ def lost_write(fr: Frames) -> DataFrame:
     rank), over the log plus every acknowledged send. So an acks=1 write that was lost and
     whose offset another record took is still found, though it is no evidence of the log."""
     ok_values = fr.reads.where(F.col("type") == "ok").select(RUN, "key", "value").distinct()
-    acked = fr.writes.join(fr.committed, [RUN, "op_index"], "left_semi").where(F.col("offset").isNotNull())
+    acked = fr.evidence_writes.where(F.col("offset").isNotNull())
     placed = (fr.log.unionByName(acked.select(RUN, "key", "offset", "value"))
               .groupBy(RUN, "key", "value").agg(F.min("offset").alias("first_offset"),
                                                  F.max("offset").alias("last_offset")))

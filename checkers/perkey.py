@@ -76,7 +76,6 @@ INVOKE_SHIFT, INVOKE_LIMIT = 32, 1 << 31
 class RunFacts:
     """What one run's key groups need to know beyond their own rows."""
 
-    durable: bool  # acknowledged offsets are evidence of the log (see frames.evidence_writes)
     committed_info_ops: np.ndarray = field(default_factory=lambda: _EMPTY_I64)  # sorted
     linking_ops: np.ndarray = field(default_factory=lambda: _EMPTY_I64)  # sorted: write ≥2 keys, or write and read
     writing_ops: np.ndarray = field(default_factory=lambda: _EMPTY_I64)  # sorted: multi-row ops that write
@@ -196,7 +195,12 @@ class KeyData:
         info_committed = info & (_isin_sorted(w.value, self.ok_read_values) | _isin_sorted(w.op, facts.committed_info_ops))
         committed_ops = _unique_sorted(w.op[(w.type == OK) | info_committed])
         self.write_committed = _isin_sorted(w.op, committed_ops)
-        evidence = self.writes.where(self.write_committed & w.has_off & facts.durable)
+        # Every committed send with a real offset is evidence of the log, whatever the acks
+        # setting (as in Jepsen): an offset reused after a failover is inconsistent-offsets,
+        # and whether that is allowed is the claims' business, never the detector's. A
+        # negative offset is no offset (librdkafka reports -1 for an acks=0 send).
+        self.write_placed = self.write_committed & w.has_off & (w.offset >= 0)
+        evidence = self.writes.where(self.write_placed)
         # (offset, value, op) of every record that is evidence of the log.
         read_off = r.where(r.has_off)
         self.log_offset = np.concatenate([read_off.offset, evidence.offset])
@@ -309,7 +313,7 @@ def to_json(detail: dict[str, Any]) -> str:
 
 def lost_write(d: KeyData, out: Emitter) -> None:
     w = d.writes
-    acked = w.where(d.write_committed & w.has_off)
+    acked = w.where(d.write_placed)
     off = np.concatenate([d.L_offset, acked.offset])
     val = np.concatenate([d.L_value, acked.value])
     if len(val) == 0:

@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 
 from checkers import cycles
 from checkers import fused as fused_pass
-from checkers.claims import ClaimInputs, acked_writes_durable, claims_for, classify
+from checkers.claims import ClaimInputs, claims_for, classify
 from checkers.delivery import DELIVERY_CHECKS
 from checkers.explain import explain
 from checkers.findings import Findings
@@ -118,18 +118,13 @@ def check_runs(source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
     """
     started = time.perf_counter()
     history = load_history(spark, history_paths(source))
-    durable: bool | list[str]
-    if isinstance(inputs, ClaimInputs):
-        durable = acked_writes_durable(inputs)
-    else:
-        durable = sorted(run for run, run_inputs in inputs.items() if acked_writes_durable(run_inputs))
-    found = fused_pass.findings(history, durable) if fused else per_check_findings(history, durable)
+    found = fused_pass.findings(history) if fused else per_check_findings(history)
     return _results(found, inputs, realtime=realtime, started=started, final_phases=final_phases or {})
 
 
-def per_check_findings(history: DataFrame, durable: bool | list[str]) -> Findings:
+def per_check_findings(history: DataFrame) -> Findings:
     """Every check as its own DataFrame over the shared frames of frames.py."""
-    fr = persist(build_frames(history, durable))
+    fr = persist(build_frames(history))
     try:
         out = Findings()
         for row in (history.groupBy(RUN, "f", "type")

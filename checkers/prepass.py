@@ -43,9 +43,8 @@ class Prepass:
     grouped_rows: int  # process and commit records: only they need the group column
 
 
-def collect_facts(history: DataFrame, durable_runs: bool | list[str]) -> Prepass:
-    """The facts per run, and the run statistics, in one action. `durable_runs` as
-    frames.build_frames' `acked_sends_durable`."""
+def collect_facts(history: DataFrame) -> Prepass:
+    """The facts per run, and the run statistics, in one action."""
     h = history.where(F.col("type") != "invoke")
     multi_row_sends = (h.where((F.col("f") == "send") & (F.col("row_in_op") > 0)).select(RUN, "op_index")
                        .distinct().withColumn("multi_row", F.lit(True)))
@@ -96,22 +95,17 @@ def collect_facts(history: DataFrame, durable_runs: bool | list[str]) -> Prepass
         for process, events in facts["restricts"].items():
             events.sort(key=lambda e: e[0])
             restricts[process] = (np.array([e[0] for e in events], np.int64), [e[1] for e in events])
-        out[run] = RunFacts(durable=is_durable(durable_runs, run),
-                            committed_info_ops=np.unique(np.array(committed.get(run, []), np.int64)),
+        out[run] = RunFacts(committed_info_ops=np.unique(np.array(committed.get(run, []), np.int64)),
                             linking_ops=np.unique(np.array(facts["linking"], np.int64)),
                             writing_ops=np.unique(np.array(facts["writing"], np.int64)),
                             restricts=restricts)
     return Prepass(facts=out, stats=stat_rows, grouped_rows=grouped_rows)
 
 
-def is_durable(durable_runs: bool | list[str], run: str) -> bool:
-    return durable_runs if isinstance(durable_runs, bool) else run in durable_runs
-
-
-def facts_for(facts: dict[str, RunFacts], durable_runs: bool | list[str], run: str) -> RunFacts:
-    """A run with no spanning ops and no assignments has only its durability to know."""
+def facts_for(facts: dict[str, RunFacts], run: str) -> RunFacts:
+    """A run with no spanning ops and no assignments has nothing beyond its keys to know."""
     found = facts.get(run)
-    return found if found is not None else RunFacts(durable=is_durable(durable_runs, run))
+    return found if found is not None else RunFacts()
 
 
 def _committed_multi_key_info(history: DataFrame, ops: list[tuple[str, int]]) -> dict[str, list[int]]:

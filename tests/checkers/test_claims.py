@@ -4,22 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from checkers.claims import (ClaimInputError, ClaimInputs, acked_writes_durable, claims_for, classify,
+from checkers.claims import (ClaimInputError, ClaimInputs, claims_for, classify,
                              loss_allowance, with_faults)
 
 
 def holds(inputs: ClaimInputs) -> dict[str, bool]:
     return {c.name: c.holds for c in claims_for(inputs)}
-
-
-def test_durability_needs_acks_all_and_min_isr_2_for_the_version_order_only():
-    # acked_writes_durable only decides whether acknowledged offsets enter the version order;
-    # the claim itself follows loss_allowance (below).
-    spec = {"workload": "queue", "client_config": {"acks": "-1"},
-            "cluster_config": {"min.insync.replicas": "2", "unclean.leader.election.enable": "false"}}
-    assert acked_writes_durable(ClaimInputs.from_spec_json(spec))
-    for change in ({"client_config": {"acks": "1"}}, {"cluster_config": {"min.insync.replicas": "1"}}):
-        assert not acked_writes_durable(ClaimInputs.from_spec_json({**spec, **change}))
 
 
 KILL, PAUSE, PARTITION, CLOCK = "kill", "pause", "partition", "clock"

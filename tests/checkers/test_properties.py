@@ -148,7 +148,7 @@ def test_generated_histories(spark, tmp_path_factory, batch):
             assert seen["lost-write"].allowed, context
         assert result.valid is True, context
         got = {name: a.count for name, a in seen.items() if name in ORACLE_NAMES}
-        assert got == oracle_check(g.history.ops, acked_sends_durable=False), context
+        assert got == oracle_check(g.history.ops), context
     for run, g in generated.items():
         result = results[run]
         seen = {a.name: a for a in result.anomalies}

@@ -92,6 +92,15 @@ SUPPORTED_VERSIONS: dict[ApiKey, VersionRange] = {
     ApiKey.OFFSET_DELETE: VersionRange(0, 0),
     ApiKey.DESCRIBE_PRODUCERS: VersionRange(0, 0),
     ApiKey.WRITE_TXN_MARKERS: VersionRange(1, 1),  # broker to broker; kio 0.6.5 has no v0 schema
+    # Transactions (KIP-98): librdkafka 2.x sends AddPartitionsToTxn/AddOffsetsToTxn v0,
+    # EndTxn v0-1, TxnOffsetCommit v0-3; kafka-python up to v3. AddPartitionsToTxn v4 is
+    # KIP-890's broker-to-broker verification.
+    ApiKey.ADD_PARTITIONS_TO_TXN: VersionRange(0, 4),
+    ApiKey.ADD_OFFSETS_TO_TXN: VersionRange(0, 3),
+    ApiKey.END_TXN: VersionRange(0, 3),
+    ApiKey.TXN_OFFSET_COMMIT: VersionRange(0, 3),
+    ApiKey.DESCRIBE_TRANSACTIONS: VersionRange(0, 0),
+    ApiKey.LIST_TRANSACTIONS: VersionRange(0, 1),
 }
 
 

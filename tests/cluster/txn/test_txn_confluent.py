@@ -3,10 +3,7 @@ transactional producer (init, begin, produce, send_offsets_to_transaction, commi
 and read_committed consumer on three brokers; a second producer with the same
 transactional.id fences the first; a coordinator SIGKILLed after EndTxn was answered but
 before the markers were written has its transaction finished by the next coordinator; a
-transaction left open past its timeout is aborted; kafka-python's transactional producer.
-
-They need the log side of issue 14 (WriteTxnMarkers, control batches, read_committed Fetch)
-and run once the transaction APIs are advertised."""
+transaction left open past its timeout is aborted; kafka-python's transactional producer."""
 
 from __future__ import annotations
 
@@ -20,11 +17,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient
 
 from cluster.broker.txn.state_log import partition_for_transactional_id
-from cluster.protocol.versions import SUPPORTED_VERSIONS, ApiKey
 from tests.cluster.kafka_helpers import create_topic, wait_for
-
-pytestmark = pytest.mark.skipif(ApiKey.END_TXN not in SUPPORTED_VERSIONS,
-                                reason="transactions are not advertised until the log side (WriteTxnMarkers) is in the tree")
 
 STATE_PARTITIONS = 5
 TXN_CONFIG = {
@@ -120,33 +113,46 @@ def test_a_second_producer_with_the_same_transactional_id_fences_the_first(make_
 
 
 def test_the_next_coordinator_finishes_a_commit_whose_markers_the_killed_one_never_wrote(make_cluster) -> None:
-    cluster = make_cluster(brokers=3, config=TXN_CONFIG)
+    # A paused follower leaves the ISRs quickly, so the coordinator's PrepareCommit commits on
+    # the other two replicas while the paused broker still leads the data partition (its
+    # session, 9 s, outlasts the test's window).
+    cluster = make_cluster(brokers=3, config={**TXN_CONFIG, "replica.lag.time.max.ms": "1500"})
     bootstrap = cluster.bootstrap_servers
     transactional_id = "survivor"
     producer = txn_producer(bootstrap, transactional_id)
     producer.init_transactions(30)
     coordinator = coordinator_of(bootstrap, transactional_id)
-    # A topic whose only partition is led elsewhere, so pausing its leader holds the markers
-    # back while the coordinator answers EndTxn.
-    create_topic(bootstrap, "out", 1, replication_factor=3)
+    # Leaders go round robin over the three brokers: write to a partition led elsewhere, so
+    # pausing its leader holds the marker back while the coordinator answers EndTxn.
+    create_topic(bootstrap, "out", 3, replication_factor=3)
     metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics("out", timeout=10)
-    data_leader = metadata.topics["out"].partitions[0].leader
-    if data_leader == coordinator:
-        pytest.skip("placement put the data leader on the coordinator")  # rare with 3 brokers; the seed is random
+    partition, data_leader = next((p, m.leader) for p, m in sorted(metadata.topics["out"].partitions.items()) if m.leader != coordinator)
     producer.begin_transaction()
     for n in range(20):
-        producer.produce("out", value=str(n))
+        producer.produce("out", value=str(n), partition=partition)
     producer.flush(30)
     cluster.pause(data_leader)
-    committing = threading.Thread(target=lambda: producer.commit_transaction(60))
+    outcome: list[object] = []
+
+    def commit() -> None:
+        try:
+            producer.commit_transaction(30)
+            outcome.append("committed")
+        except KafkaException as error:
+            outcome.append(error)
+
+    committing = threading.Thread(target=commit)
     committing.start()
     try:
-        time.sleep(2)  # EndTxn answered (PrepareCommit written); the marker to the paused leader waits
+        # EndTxn is answered once PrepareCommit is replicated; the marker for the paused
+        # leader cannot have been written then.
+        committing.join(8)
+        assert outcome == ["committed"], f"EndTxn not answered while the data leader was paused: {outcome}"
         cluster.kill(coordinator)
     finally:
         cluster.resume(data_leader)
-    committing.join(90)
-    reader = read_committed(bootstrap, "out", 1)
+        committing.join(60)
+    reader = read_committed(bootstrap, "out", 3)
     seen: list[str] = []
 
     def all_committed() -> bool:

@@ -19,6 +19,9 @@ Fixtures (nothing happens unless a test asks for one, so other suites are unchan
     (``--logquake-unknown``). Every run's seed and reproduce command are shown in a
     "logquake" report section and in the session summary, as Hypothesis shows its seeds.
 
+Each run's seed and report path are also test properties (``logquake_seed``,
+``logquake_report``), so pytest's ``--junit-xml`` carries them.
+
 Options: ``--logquake-seed N`` (the seed of every run whose spec has none),
 ``--logquake-results DIR`` (results root; default ``logquake-results`` under pytest's base
 temporary directory), ``--logquake-bootstrap-servers``, ``--logquake-unknown=skip|xfail|fail``.
@@ -51,7 +54,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--logquake-results", default=None, metavar="DIR",
                     help="results root of logquake runs (default: logquake-results under pytest's basetemp)")
     group.addoption("--logquake-bootstrap-servers", default=None, metavar="HOST:PORT,...",
-                    help="run logquake_runner's specs against this cluster instead of a bundled one")
+                    help="run logquake_runner's specs against this cluster instead of a bundled one "
+                         "(a spec's brokers= sizes its topics there: replication factor min(3, brokers))")
     group.addoption("--logquake-unknown", choices=("skip", "xfail", "fail"), default="skip",
                     help="what an 'unknown' verdict does to the test (default skip)")
 

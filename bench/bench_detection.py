@@ -7,13 +7,16 @@ the safe cluster (switch off), which must be valid.
 For each switch (SWITCHES below: the setting, the `logquake test` arguments that expose it,
 and the anomalies its loss shows as), it runs `logquake test` with the switch on and seeds
 seed, seed+1, ... until one run reports one of the switch's anomalies, up to `--runs` runs;
-then `--safe-runs` runs of the same mix and seeds with the switch off (or, for min ISR, at 2). It prints one row per switch:
-runs to detection (or "not in N"), the anomalies found and whether the claims allowed them,
-and the safe cluster's verdict. Runs are real processes on the bundled cluster (the CLI a
-user runs, in a subprocess); results go to a temporary directory that is removed.
+then `--safe-runs` runs of the same mix and seeds with the switch off (min ISR: at 2). It
+prints one row per switch: runs to detection (or "not in N"), the anomalies found and
+whether the claims allowed them, and the safe cluster's verdict. Runs are real processes on
+the bundled cluster (the CLI a user runs, in a subprocess); results go to a temporary
+directory that is removed.
 
-This is a measurement, not a test: a switch whose loss needs a precise interleaving is also
-shown deterministically by the simulator (tests/cluster/sim/test_unsafe_switches.py).
+Each run takes 80-140 s (60 s of faults, the final read, the Spark check), so a pass over
+the five switches takes about 15 minutes when each is found in its first run, and up to an
+hour when none is. This is a measurement, not a test: the two replication switches' losses
+are also shown deterministically by the simulator (tests/cluster/sim/test_unsafe_switches.py).
 """
 
 from __future__ import annotations

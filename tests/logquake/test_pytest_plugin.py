@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from xml.etree import ElementTree
 
 import psutil
 import pytest
@@ -55,9 +56,12 @@ def test_a_valid_run_passes_and_prints_its_seed(pytester: pytest.Pytester) -> No
             assert result.reproduce_command.startswith("logquake test ")
             assert logquake_cluster.bootstrap_servers in result.reproduce_command
     """)
-    result = _run_inner(pytester, "--logquake-seed=1234")
+    junit = pytester.path / "junit.xml"
+    result = _run_inner(pytester, "--logquake-seed=1234", f"--junit-xml={junit}")
     result.assert_outcomes(passed=1)
     out = result.stdout.str()
+    properties = {p.get("name"): p.get("value") for p in ElementTree.parse(junit).iter("property")}
+    assert properties["logquake_seed"] == "1234" and properties["logquake_report"].endswith("report.html")
     assert "logquake seeds" in out
     assert re.search(r"test_user.py::test_queue_is_safe: seed 1234: valid; report \S+report.html; "
                      r"reproduce with: logquake test .*--seed 1234 ", out), out

@@ -37,6 +37,7 @@ class AbortedTxnIndex:
     def __init__(self) -> None:
         # Appended in marker order, so sorted by last offset.
         self._entries: list[AbortedTxn] = []
+        self._last_offsets: list[int] = []  # the entries' last offsets, for bisection
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -48,19 +49,26 @@ class AbortedTxnIndex:
         if self._entries and entry.last_offset <= self._entries[-1].last_offset:
             raise ValueError(f"aborted transaction ending at {entry.last_offset} is not after the last one ({self._entries[-1].last_offset})")
         self._entries.append(entry)
+        self._last_offsets.append(entry.last_offset)
 
     def overlapping(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
         """Aborted transactions with records in [fetch_offset, upper_bound_offset)."""
-        start = bisect.bisect_left([e.last_offset for e in self._entries], fetch_offset)
+        # Entries past the bound may still start below it (a long transaction), so the
+        # scan runs to the end; only those ending before the fetch offset are skipped.
+        start = bisect.bisect_left(self._last_offsets, fetch_offset)
         return [e for e in self._entries[start:] if e.first_offset < upper_bound_offset]
 
     def truncate_to(self, offset: int) -> None:
         """The log now ends at `offset`: markers at or past it are gone."""
-        self._entries = [e for e in self._entries if e.last_offset < offset]
+        keep = bisect.bisect_left(self._last_offsets, offset)
+        del self._entries[keep:], self._last_offsets[keep:]
 
     def drop_below(self, log_start_offset: int) -> None:
         """The log now starts at `log_start_offset`: transactions wholly before it are gone."""
-        self._entries = [e for e in self._entries if e.last_offset >= log_start_offset]
+        drop = bisect.bisect_left(self._last_offsets, log_start_offset)
+        if drop:
+            del self._entries[:drop], self._last_offsets[:drop]
 
     def clear(self) -> None:
         self._entries.clear()
+        self._last_offsets.clear()

@@ -16,7 +16,6 @@ from cluster.protocol.versions import ApiKey
 if TYPE_CHECKING:
     from cluster.broker.broker import Broker
 
-NO_TRANSACTION = -1  # coordinator epoch and transaction start offset: no transactions yet
 
 
 def handle_describe_producers(broker: Broker, request: Request, reply: Reply) -> None:

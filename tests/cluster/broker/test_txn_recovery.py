@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from cluster.protocol.versions import ApiKey
 from tests.cluster.broker.core_driver import CoreDriver
 from tests.cluster.broker.requests import create_topic, init_producer_id
 from tests.cluster.broker.test_txn_log import TOPIC, committed_values, produce, txn_batch, write_marker
@@ -39,3 +40,20 @@ def test_a_crash_keeps_what_was_flushed_and_reopens_what_was_not() -> None:
     # The coordinator resends A's marker, as it does after any failure to get an answer.
     assert write_marker(driver, a, 0, committed=True) == {(TOPIC, 0): ErrorCode.none}
     assert committed_values(driver) == ([b"a1", b"b1"], [(b, 1)], 4)
+
+
+def test_describe_producers_shows_the_open_transaction_and_coordinator_epoch() -> None:
+    driver = CoreDriver({"transaction.partition.verification.enable": "false"})
+    assert create_topic(driver, TOPIC, 1).topics[0].error_code is ErrorCode.none
+    a = int(init_producer_id(driver).producer_id)
+    assert produce(driver, txn_batch([b"x"], a, 0, 0)).error_code is ErrorCode.none  # 0
+    assert write_marker(driver, a, 0, committed=True, coordinator_epoch=7) == {(TOPIC, 0): ErrorCode.none}  # 1
+    assert produce(driver, txn_batch([b"y"], a, 0, 1)).error_code is ErrorCode.none  # 2: the next transaction
+
+    topic_cls = driver.request_class(ApiKey.DESCRIBE_PRODUCERS, 0, "TopicRequest")
+    body = driver.call(ApiKey.DESCRIBE_PRODUCERS, 0, topics=(topic_cls(name=TOPIC, partition_indexes=(0,)),))
+    (state,) = body.topics[0].partitions[0].active_producers
+    assert (int(state.producer_id), int(state.coordinator_epoch), int(state.current_txn_start_offset)) == (a, 7, 2)
+    assert write_marker(driver, a, 0, committed=False, coordinator_epoch=7) == {(TOPIC, 0): ErrorCode.none}
+    body = driver.call(ApiKey.DESCRIBE_PRODUCERS, 0, topics=(topic_cls(name=TOPIC, partition_indexes=(0,)),))
+    assert int(body.topics[0].partitions[0].active_producers[0].current_txn_start_offset) == -1

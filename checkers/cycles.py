@@ -10,18 +10,22 @@ Jepsen never built rw edges, so G-single/G2/G1b cannot appear; neither do they h
 
 Pruning, before anything leaves Spark (with plain consumers the full graph is one giant
 component, reference/pyspark.md §4):
-  * a read-only op has no data out-edge, so without realtime it cannot be on a cycle: wr
-    edges are kept only into ops that also write;
-  * an op writing one value of one key and reading nothing can only pass a cycle along that
-    key's ww chain, so ww chains are kept only for keys written by an op that writes two keys
-    or also reads ("linking" ops), or that writes two values of the key (they can straddle
-    another op's value: a cycle inside the chain); with no such op nothing is collected;
-  * realtime cycles: every cycle with an rt edge also has a data edge X→Y whose target
-    completed before its source was invoked, or runs through the kept subgraph; such
-    "backward" edges (over all keys, read-only readers included) are found in Spark, and
-    their ops join the vertices. Realtime edges are then built on the driver among the
-    collected vertices only. A realtime cycle through read-only ops that uses no backward
-    edge is therefore not searched.
+  * a read-only op R has no data out-edge, so it is on a cycle only through its realtime
+    edges, and only if it completed ok. A wr edge X→R is kept when R also writes; into a
+    read-only R only when R is ok and X did not complete ok before R completed: otherwise
+    every realtime edge R→Z also leaves X (X completed before Z was invoked), and the cycle
+    X→R→Z⇝X has the realtime twin X→Z⇝X;
+  * an op writing one value of one key and reading nothing has no data in-edge from outside
+    that key's ww chain, so no ww/wr-only cycle enters the chain: its ww edges are kept for
+    keys written by an op that writes two keys or also reads ("linking" ops), or that
+    writes two values of the key (they can straddle another op's value: a cycle inside the
+    chain); elsewhere a ww edge A→B only when A did not complete ok before B was invoked
+    (else the realtime edge A→B stands in for it);
+  * realtime edges are then built on the driver among the collected vertices only (their
+    transitive reduction there keeps the reachability the cycles need).
+  A twin found instead of a cycle is still a realtime cycle of the same component, so the
+  component's report (below) is the same kind of anomaly; tests/checkers/cycle_oracle.py
+  checks this against every simple cycle of the unpruned graph.
 Each strongly connected component reports its most serious cycle: G0 (ww only), else G1c
 (ww/wr with a wr edge), else a cycle through a realtime edge, named G0-realtime or
 G1c-realtime by whether it has a wr edge.
@@ -64,10 +68,10 @@ def _writer_of(fr: Frames) -> DataFrame:
                     F.col("w.invoke_index").alias("writer_invoke"), F.col("w.type").alias("writer_type")))
 
 
-def _backward(src_invoke: str, dst_op: str, dst_type: str):
-    """The target completed ok before the source was invoked (realtime edges start only at
-    ok completions, as in Elle)."""
-    return (F.col(dst_type) == "ok") & (F.col(dst_op) < F.col(src_invoke))
+def _shortcut(src_op: str, src_type: str, dst_invoke: str):
+    """The source completed ok before the target was invoked (realtime edges start only at
+    ok completions, as in Elle): a realtime edge stands in for the data edge."""
+    return (F.col(src_type) == "ok") & (F.col(src_op) < F.col(dst_invoke))
 
 
 EDGE_COLUMNS = ("run", "src", "dst", "rel", "key", "value", "src_invoke", "src_type", "dst_invoke", "dst_type")
@@ -94,7 +98,8 @@ def pruned_edges(fr: Frames) -> DataFrame:
           .join(writer_ops.select(RUN, F.col("op_index").alias("dst"), F.lit(True).alias("dst_writes")), [RUN, "dst"],
                 "left")
           .where((F.col("writer") != F.col("dst"))
-                 & (F.col("dst_writes").isNotNull() | _backward("writer_invoke", "dst", "dst_type")))
+                 & (F.col("dst_writes").isNotNull()
+                    | ((F.col("dst_type") == "ok") & ~_shortcut("writer", "writer_type", "dst"))))
           .select(RUN, F.col("writer").alias("src"), "dst", F.lit("wr").alias("rel"), "key", "value",
                   F.col("writer_invoke").alias("src_invoke"), F.col("writer_type").alias("src_type"),
                   "dst_invoke", "dst_type"))
@@ -106,7 +111,7 @@ def pruned_edges(fr: Frames) -> DataFrame:
           .join(prev_writer, [RUN, "key", "prev_value"])
           .join(linked_keys, [RUN, "key"], "left")
           .where((F.col("src") != F.col("writer"))
-                 & (F.col("linked").isNotNull() | _backward("src_invoke", "writer", "writer_type")))
+                 & (F.col("linked").isNotNull() | ~_shortcut("src", "src_type", "writer_invoke")))
           .select(RUN, "src", F.col("writer").alias("dst"), F.lit("ww").alias("rel"), "key", "value", "src_invoke",
                   "src_type", F.col("writer_invoke").alias("dst_invoke"), F.col("writer_type").alias("dst_type")))
     return ww.unionByName(wr)

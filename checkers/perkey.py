@@ -592,10 +592,11 @@ def edges(d: KeyData, out: Emitter) -> None:
     writer_invoke, writer_type = w.invoke[order][first], w.type[order][first]
     write_ops = np.union1d(_unique_sorted(w.op), d.facts.writing_ops)
 
-    def backward(src_invoke: np.ndarray, dst: np.ndarray, dst_type: np.ndarray) -> np.ndarray:
-        # Realtime edges start only at ok completions, as in Elle: an info op never completes
-        # and a failed one did not happen.
-        return (dst_type == OK) & (dst < src_invoke)
+    def shortcut(src: np.ndarray, src_type: np.ndarray, dst_invoke: np.ndarray) -> np.ndarray:
+        # The source completed ok before the target was invoked (cycles.py states why such an
+        # edge into an op of no other use can be left out). Realtime edges start only at ok
+        # completions, as in Elle: an info op never completes and a failed one did not happen.
+        return (src_type == OK) & (src < dst_invoke)
 
     def emit(src, dst, rel, values, src_invoke, src_type, dst_invoke, dst_type) -> None:
         for k in range(len(src)):
@@ -613,7 +614,10 @@ def edges(d: KeyData, out: Emitter) -> None:
         rv, ro, ri, rt = rv[has], ro[has], ri[has], rt[has]
         wpos = np.searchsorted(writer_value, rv)
         src, src_inv, src_type = writer_op[wpos], writer_invoke[wpos], writer_type[wpos]
-        kept = (src != ro) & (_isin_sorted(ro, write_ops) | backward(src_inv, ro, rt))
+        # Into a read-only op: only an ok reader has a way on (its realtime edges), and not
+        # when the writer completed ok before the reader completed (every realtime edge out
+        # of the reader then also leaves the writer).
+        kept = (src != ro) & (_isin_sorted(ro, write_ops) | ((rt == OK) & ~shortcut(src, src_type, ro)))
         emit(src[kept], ro[kept], "wr", rv[kept], src_inv[kept], src_type[kept], ri[kept], rt[kept])
     # ww: writer of the value in the slot before v's (last) slot → writer of v.
     # An op that writes two values of this key can close a cycle inside the key's own ww
@@ -627,7 +631,7 @@ def edges(d: KeyData, out: Emitter) -> None:
     values, prev_values = values[has_prev], prev_values[has_prev]
     dpos, spos = np.searchsorted(writer_value, values), np.searchsorted(writer_value, prev_values)
     src, dst = writer_op[spos], writer_op[dpos]
-    kept = (src != dst) & (linked | backward(writer_invoke[spos], dst, writer_type[dpos]))
+    kept = (src != dst) & (linked | ~shortcut(src, writer_type[spos], writer_invoke[dpos]))
     emit(src[kept], dst[kept], "ww", values[kept], writer_invoke[spos][kept], writer_type[spos][kept],
          writer_invoke[dpos][kept], writer_type[dpos][kept])
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 from cluster.broker.env import Reply, Response, TimerHandle
-from cluster.broker.partition import Partition
+from cluster.broker.partition import Partition, TopicPartition
 from cluster.broker.producer_state import Duplicate, Reject
 from cluster.broker.topics import INTERNAL_TOPICS
 from cluster.protocol.codec import Request
@@ -38,6 +38,52 @@ VALID_ACKS = (0, 1, -1)
 
 
 def handle_produce(broker: Broker, request: Request, reply: Reply) -> None:
+    """KIP-890 part 1 first (transaction.partition.verification.enable): a transactional batch
+    that would open its producer's transaction on a partition is appended only if the
+    coordinator says the partition is in the producer's ongoing transaction; a late batch of
+    a transaction that ended is refused instead of opening one that never ends."""
+    body = request.body
+    transactional_id = body.transactional_id
+    wanted = _opening_batches(broker, body) if transactional_id is not None and broker.config.transaction_partition_verification_enable else []
+    if not wanted:
+        _handle_produce(broker, request, reply, {})
+        return
+    refused: dict[tuple[str, int], ErrorCode] = {}
+    outstanding = [len(wanted)]
+
+    def verified(key: tuple[str, int], error: ErrorCode) -> None:
+        if error is not ErrorCode.none:
+            log.info("produce to %s-%d by %r refused by verification: %s", key[0], key[1], transactional_id, error.name)
+            refused[key] = error
+        outstanding[0] -= 1
+        if outstanding[0] == 0:
+            _handle_produce(broker, request, reply, refused)
+
+    for topic, index, producer_id, producer_epoch in wanted:
+        broker.txn.verifier.verify(transactional_id, producer_id, producer_epoch, TopicPartition(topic, index),
+                                   lambda error, key=(topic, index): verified(key, error))
+
+
+def _opening_batches(broker: Broker, body: object) -> list[tuple[str, int, int, int]]:
+    """(topic, partition, producer id, epoch) of each batch that would open its producer's
+    transaction on a partition this broker leads."""
+    out = []
+    for topic in body.topic_data:  # type: ignore[attr-defined]
+        for data in topic.partition_data:
+            partition = broker.partition(topic.name, data.index)
+            if partition is None or partition.leader_error() is not None or not data.records:
+                continue
+            try:
+                batches = split_batches(data.records)
+            except InvalidBatchError:
+                continue  # refused with its reason by the append path
+            if len(batches) == 1 and opens_transaction(partition, batches[0][0]):
+                header = batches[0][0]
+                out.append((topic.name, data.index, header.producer_id, header.producer_epoch))
+    return out
+
+
+def _handle_produce(broker: Broker, request: Request, reply: Reply, refused: dict[tuple[str, int], ErrorCode]) -> None:
     body = request.body
     now_ms = broker.clock.wall_ms()
     results: list[list[ProducePartitionResult]] = []
@@ -47,6 +93,9 @@ def handle_produce(broker: Broker, request: Request, reply: Reply) -> None:
         for data in topic.partition_data:
             if body.acks not in VALID_ACKS:
                 partitions.append(ProducePartitionResult(data.index, ErrorCode.invalid_required_acks.value, error_message=f"acks={body.acks} is not 0, 1 or -1"))
+            elif (topic.name, data.index) in refused:
+                partitions.append(ProducePartitionResult(data.index, refused[(topic.name, data.index)].value,
+                                                         error_message="the partition is not in the producer's ongoing transaction (KIP-890)"))
             else:
                 result, partition, required = _produce_partition(broker, topic.name, data.index, data.records, now_ms, body.acks,
                                                                  body.transactional_id)
@@ -145,9 +194,7 @@ def _append(broker: Broker, partition: Partition, topic: str, index: int, record
     if isinstance(verdict, Reject):
         log.info("produce to %s-%d rejected: %s", topic, index, verdict.message)
         return ProducePartitionResult(index, verdict.error.value, -1, -1, partition.log_start_offset, error_message=verdict.message), 0
-    # KIP-890 part 1 seam: when opens_transaction(partition, header) the leader must first ask
-    # the coordinator (Broker.txn.verifier.verify, asynchronous) whether this partition is in
-    # the producer's ongoing transaction, and append only on its "none". Not wired here yet.
+    # KIP-890 part 1: a batch that opens a transaction here was verified by handle_produce.
     try:
         appended = partition.append_as_leader(batch, now_ms)
     except OSError as error:

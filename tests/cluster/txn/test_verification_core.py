@@ -59,3 +59,35 @@ def test_the_leaders_verifier_asks_the_coordinator_over_the_network() -> None:
     assert ask(0) is ErrorCode.none
     assert ask(1) is ErrorCode.invalid_txn_state
     assert ask(0, producer_epoch=epoch + 1) is ErrorCode.producer_fenced
+
+
+def test_a_transactional_produce_opening_a_transaction_is_verified_first() -> None:
+    from tests.cluster.broker.test_txn_log import txn_batch
+
+    driver = driver_with_topic()
+    driver.network.add_node(SimNode(Endpoint(BROKER_ID, HOST, PORT), driver.broker.handle, TXN_VERSIONS))
+    init = init_txn_producer(driver, TXN_ID)
+    pid, epoch = init.producer_id, init.producer_epoch
+
+    def send(values: list[bytes], sequence: int) -> ErrorCode:
+        data_cls = driver.request_class(ApiKey.PRODUCE, 10, "PartitionProduceData")
+        topic_cls = driver.request_class(ApiKey.PRODUCE, 10, "TopicProduceData")
+        import datetime
+
+        body = driver.call(ApiKey.PRODUCE, 10, transactional_id=TXN_ID, acks=-1, timeout=datetime.timedelta(seconds=5), topic_data=(
+            topic_cls(name="events", partition_data=(data_cls(index=0, records=txn_batch(values, pid, epoch, sequence)),)),))
+        return body.responses[0].partition_responses[0].error_code
+
+    partition = driver.broker.partition("events", 0)
+    assert partition is not None
+    assert send([b"before-add"], 0) is ErrorCode.invalid_txn_state  # not added to a transaction
+    assert partition.log_end_offset == 0
+    assert add_partitions(driver, TXN_ID, pid, epoch, {"events": [0]}) == {("events", 0): ErrorCode.none}
+    assert send([b"in-txn"], 0) is ErrorCode.none
+    assert send([b"more"], 1) is ErrorCode.none  # the transaction is open here: no second verification
+    assert end_txn(driver, TXN_ID, pid, epoch, committed=True) is ErrorCode.none
+    coordinator = driver.broker.txn.coordinator
+    driver.run_until(lambda: coordinator.txns[TXN_ID].state.name == "COMPLETE_COMMIT", 5_000, "the commit completed")
+    end = partition.log_end_offset
+    assert send([b"late"], 2) is ErrorCode.invalid_txn_state  # a late write must not open a hanging transaction
+    assert partition.log_end_offset == end

@@ -19,6 +19,11 @@ from confluent_kafka.admin import AclBinding, AclBindingFilter, AclOperation, Ac
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 
 TXN = "transactions: issue 14"
+# The transaction tests live with the cluster's (three broker processes each).
+TXN_TESTS = "../cluster/txn/test_txn_confluent.py::"
+CTXN = TXN_TESTS + "test_committed_transactions_and_their_offsets_are_seen_and_aborted_ones_are_not"
+KTXN = TXN_TESTS + "test_kafka_python_transactional_producer"
+KADMIN_TXN = TXN_TESTS + "test_kafka_python_admin_lists_and_describes_transactions"
 UNADVERTISED = "ACL/SCRAM API not advertised: test_unadvertised_admin_calls_fail_cleanly"
 LOCAL = "client-local (no request of its own, or only configuration)"
 CG = "test_confluent_groups.py::"
@@ -35,8 +40,8 @@ COVERAGE: dict[type, dict[str, str]] = {
         "produce_batch": CG + "test_confluent_admin_list_offsets_earliest_latest_and_by_timestamp",
         "purge": LOCAL, "close": LOCAL, "cluster_id": CG + "test_confluent_admin_describes_and_deletes_topics",
         "set_sasl_credentials": LOCAL,
-        "abort_transaction": TXN, "begin_transaction": TXN, "commit_transaction": TXN, "init_transactions": TXN,
-        "send_offsets_to_transaction": TXN,
+        **{name: CTXN for name in ("abort_transaction", "begin_transaction", "commit_transaction", "init_transactions",
+                                   "send_offsets_to_transaction")},
     },
     Consumer: {
         "list_topics": "test_metadata.py::test_confluent_producer_and_consumer_list_topics_without_a_topic",
@@ -72,7 +77,7 @@ COVERAGE: dict[type, dict[str, str]] = {
         "cluster_id": CG + "test_confluent_admin_describes_and_deletes_topics", "poll": LOCAL, "set_sasl_credentials": LOCAL,
     },
     KafkaProducer: {
-        "abort_transaction": TXN, "begin_transaction": TXN, "commit_transaction": TXN, "init_transactions": TXN,
+        **{name: KTXN for name in ("abort_transaction", "begin_transaction", "commit_transaction", "init_transactions")},
         "send_offsets_to_transaction": TXN, "bootstrap_connected": LOCAL, "close": LOCAL, "metrics": LOCAL,
         "max_usable_produce_magic": LOCAL,
         **{name: KG + "test_kafka_python_admin_groups_and_offsets" for name in ("flush", "partitions_for", "send")},
@@ -97,7 +102,7 @@ COVERAGE: dict[type, dict[str, str]] = {
         "close": LOCAL, "api_versions": LOCAL, "get_broker_version_data": LOCAL,
         "create_acls": UNADVERTISED, "delete_acls": UNADVERTISED, "describe_acls": UNADVERTISED,
         "alter_user_scram_credentials": UNADVERTISED, "describe_user_scram_credentials": UNADVERTISED,
-        "abort_transaction": TXN, "describe_transactions": TXN, "find_hanging_transactions": TXN, "list_transactions": TXN,
+        "abort_transaction": TXN, "describe_transactions": KADMIN_TXN, "find_hanging_transactions": TXN, "list_transactions": KADMIN_TXN,
         "delete_records": "test_delete_records.py::test_kafka_python_delete_records",
         "elect_leaders": "test_elect_and_rebalance.py::test_kafka_python_elect_leaders",
         "describe_cluster": "test_cluster.py::test_kafka_python_describe_cluster",

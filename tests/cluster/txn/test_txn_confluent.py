@@ -212,3 +212,37 @@ def test_kafka_python_transactional_producer(make_cluster) -> None:
         assert drain_values(reader) == ["kept"]
     finally:
         reader.close()
+
+
+def test_kafka_python_admin_lists_and_describes_transactions(make_cluster) -> None:
+    from kafka import KafkaAdminClient
+    from kafka.admin._transactions import TransactionState
+
+    cluster = make_cluster(brokers=3, config=TXN_CONFIG)
+    bootstrap = cluster.bootstrap_servers
+    create_topic(bootstrap, "out", 2, replication_factor=3)
+    done = txn_producer(bootstrap, "done")
+    done.init_transactions(30)
+    done.begin_transaction()
+    done.produce("out", value="x", partition=0)
+    done.commit_transaction(30)
+    open_ = txn_producer(bootstrap, "open")
+    open_.init_transactions(30)
+    open_.begin_transaction()
+    open_.produce("out", value="y", partition=1)
+    open_.flush(30)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        listed = {t.transactional_id: t.state for listings in admin.list_transactions().values() for t in listings}
+        assert listed == {"done": TransactionState.COMPLETE_COMMIT, "open": TransactionState.ONGOING}
+        described = admin.describe_transactions(["done", "open"])
+        assert described["open"].state is TransactionState.ONGOING and {(tp.topic, tp.partition) for tp in described["open"].topic_partitions} == {
+            ("out", 1)}
+        assert described["open"].transaction_start_time_ms > 0
+        assert described["done"].state is TransactionState.COMPLETE_COMMIT and described["done"].transaction_start_time_ms == -1
+        assert described["done"].coordinator_id == coordinator_of(bootstrap, "done")
+        ongoing = admin.list_transactions(state_filters=["Ongoing"])
+        assert [t.transactional_id for listings in ongoing.values() for t in listings] == ["open"]
+    finally:
+        admin.close()
+        open_.abort_transaction(30)

@@ -3,10 +3,12 @@ __transaction_state (RF 3, min ISR 2) before they are answered, and when its bro
 new leader of the state partition takes over the transactional ids with their producer ids,
 epochs and states, prepared transactions included (it resends their markers).
 
-The coordinator's APIs are called on the broker cores directly: they are not advertised
-(hence not decodable from the network) until the log side serves WriteTxnMarkers."""
+The coordinator's APIs are called on the broker cores directly; markers go over the virtual
+network to the partitions' leaders."""
 
 from __future__ import annotations
+
+import datetime
 
 from kio.schema.errors import ErrorCode
 
@@ -14,8 +16,11 @@ from cluster.broker.partition import TopicPartition
 from cluster.broker.topics import TRANSACTION_STATE_TOPIC
 from cluster.broker.txn.metadata import TxnMetadata, TxnState
 from cluster.broker.txn.state_log import partition_for_transactional_id
-from cluster.sim.cluster import SimCluster
-from tests.cluster.sim.sim_requests import create_topic
+from cluster.protocol.records import Record, build_batch
+from cluster.protocol.versions import ApiKey
+from cluster.sim.cluster import SimCall, SimCluster
+from cluster.storage.batch import ATTR_TRANSACTIONAL
+from tests.cluster.sim.sim_requests import create_topic, partition_info, produce_result, req
 
 TXN_ID = "sim-txn"
 STATE_PARTITIONS = 3
@@ -44,6 +49,17 @@ def coordinator_broker(sim: SimCluster) -> int:
     return found[0]
 
 
+def send_txn_batch(sim: SimCluster, broker: int, index: int, producer_id: int, producer_epoch: int) -> SimCall:
+    data_cls = req(ApiKey.PRODUCE, 9, "PartitionProduceData")
+    topic_cls = req(ApiKey.PRODUCE, 9, "TopicProduceData")
+    batch = build_batch([Record(None, b"v")], base_offset=0, timestamp_ms=sim.clock.wall_ms(), attributes=ATTR_TRANSACTIONAL,
+                        producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=0)
+    pending = sim.send(broker, ApiKey.PRODUCE, 9, transactional_id=TXN_ID, acks=-1, timeout=datetime.timedelta(seconds=5),
+                       topic_data=(topic_cls(name="events", partition_data=(data_cls(index=index, records=batch),)),))
+    sim.run_until(lambda: pending.done, 30_000, step_ms=1, what="the produce answer")
+    return pending
+
+
 def call(sim: SimCluster, start, *args):  # type: ignore[no-untyped-def]
     """Run a coordinator call `start(*args, done)` to its answer."""
     answer: list[tuple] = []
@@ -61,6 +77,10 @@ def test_the_next_leader_of_the_state_partition_takes_over_the_transactions() ->
     assert error is ErrorCode.none
     (error,) = call(sim, coordinator.add_partitions, TXN_ID, pid, epoch, [TopicPartition("events", 0), TopicPartition("events", 1)])
     assert error is ErrorCode.none
+    for index in (0, 1):  # a transactional batch on each partition, verified with the coordinator (KIP-890)
+        info = partition_info(sim, 0, "events", index)
+        assert info is not None
+        assert produce_result(send_txn_batch(sim, info.leader, index, pid, epoch))[0] is ErrorCode.none
     (error,) = call(sim, coordinator.end_txn, TXN_ID, pid, epoch, True)
     assert error is ErrorCode.none
     prepared: TxnMetadata = coordinator.txns[TXN_ID]
@@ -73,9 +93,21 @@ def test_the_next_leader_of_the_state_partition_takes_over_the_transactions() ->
     index = partition_for_transactional_id(TXN_ID, STATE_PARTITIONS)
     state_partition = sim.broker(second).partition(TRANSACTION_STATE_TOPIC, index)
     assert state_partition is not None and taken_over.coordinator_epoch(TXN_ID) == state_partition.leader_epoch
-    # The prepared commit binds the new coordinator too: its producer may not start another.
+    # The prepared commit binds the new coordinator too: its producer may not start another
+    # until the new coordinator has written the markers (WriteTxnMarkers to the partitions'
+    # leaders) and CompleteCommit.
     (error,) = call(sim, taken_over.add_partitions, TXN_ID, pid, epoch, [TopicPartition("events", 0)])
     assert error is ErrorCode.concurrent_transactions
+    sim.run_until(lambda: taken_over.txns[TXN_ID].state is TxnState.COMPLETE_COMMIT, 30_000, what="the commit completed")
+    for index in (0, 1):
+        leader = next(b for b in sim.running_brokers() if (p := b.partition("events", index)) is not None and p.is_leader)
+        partition = leader.partition("events", index)
+        assert partition is not None
+        entry = partition.producers.entry(pid)
+        assert entry is not None and entry.current_txn_first_offset < 0  # the marker closed its transaction there
+        assert partition.high_watermark >= 2  # the batch and its commit marker (the old coordinator's may have landed too)
+    (error,) = call(sim, taken_over.add_partitions, TXN_ID, pid, epoch, [TopicPartition("events", 0)])
+    assert error is ErrorCode.none
 
 
 def test_a_transition_is_not_answered_while_the_state_partition_lacks_its_min_isr() -> None:

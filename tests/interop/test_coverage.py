@@ -123,8 +123,8 @@ COVERAGE: dict[type, dict[str, str]] = {
         "start": "test_aiokafka.py::test_aiokafka_produce_and_group_consume_with_commit",
         "send_and_wait": "test_aiokafka.py::test_aiokafka_produce_and_group_consume_with_commit",
         "stop": "test_aiokafka.py::test_aiokafka_produce_and_group_consume_with_commit",
-        "abort_transaction": TXN, "begin_transaction": TXN, "commit_transaction": TXN, "send_offsets_to_transaction": TXN,
-        "transaction": TXN,
+        **{name: TXN_TESTS + "test_aiokafka_transactional_producer" for name in ("abort_transaction", "begin_transaction", "transaction")},
+        "commit_transaction": TXN, "send_offsets_to_transaction": TXN,
         **{name: AIO for name in ("create_batch", "flush", "partitions_for", "send", "send_batch")},
     },
     AIOKafkaConsumer: {

@@ -246,3 +246,32 @@ def test_kafka_python_admin_lists_and_describes_transactions(make_cluster) -> No
     finally:
         admin.close()
         open_.abort_transaction(30)
+
+
+def test_aiokafka_transactional_producer(make_cluster) -> None:
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+
+    cluster = make_cluster(brokers=3, config=TXN_CONFIG)
+    bootstrap = cluster.bootstrap_servers
+    create_topic(bootstrap, "out", 2, replication_factor=3)
+
+    async def run() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id="aio")
+        await producer.start()
+        try:
+            async with producer.transaction():
+                await producer.send_and_wait("out", b"kept")
+            await producer.begin_transaction()
+            await producer.send_and_wait("out", b"dropped")
+            await producer.abort_transaction()
+        finally:
+            await producer.stop()
+
+    asyncio.run(asyncio.wait_for(run(), 60))
+    reader = read_committed(bootstrap, "out", 2)
+    try:
+        assert drain_values(reader) == ["kept"]
+    finally:
+        reader.close()

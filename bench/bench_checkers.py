@@ -214,7 +214,7 @@ def main() -> int:
     parser.add_argument("--keep", default=None, help="write histories here and keep them")
     parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--plan", choices=("fused", "per-check"), default="fused",
-                        help="fused per-key pass (default) or the one-check-at-a-time DataFrame plan")
+                        help="fused per-key pass (default) or the tests' one-check-at-a-time DataFrame oracle")
     parser.add_argument("--no-duckdb", action="store_true", help="skip the DuckDB reference")
     parser.add_argument("--one-size", type=float, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -244,7 +244,10 @@ def bench_one(size: int, args: argparse.Namespace) -> int:
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-checkers-"))
     conf = dict(item.split("=", 1) for item in args.spark_conf)
     inputs = ClaimInputs(acks="all", min_insync_replicas=2, idempotence=True)
-    fused = args.plan == "fused"
+    findings_of = {}
+    if args.plan != "fused":  # the tests' DataFrame oracle, the product's reference
+        from tests.checkers.dataframe_oracle.plan import findings
+        findings_of = {"findings_of": findings}
     out = root / f"h{size}"
     try:
         if out.exists():
@@ -257,12 +260,12 @@ def bench_one(size: int, args: argparse.Namespace) -> int:
             spark.range(1).count()
             started = time.perf_counter() - start
             start = time.perf_counter()
-            cold = check_runs(out, inputs, spark, fused=fused)["bench"]
+            cold = check_runs(out, inputs, spark, **findings_of)["bench"]
             cold_s = time.perf_counter() - start
             tracker = spark.sparkContext.statusTracker()
             jobs_before = set(tracker.getJobIdsForGroup(None))
             start = time.perf_counter()
-            warm = check_runs(out, inputs, spark, fused=fused)["bench"]
+            warm = check_runs(out, inputs, spark, **findings_of)["bench"]
             warm_s = time.perf_counter() - start
             jobs = sorted(set(tracker.getJobIdsForGroup(None)) - jobs_before)
             stages = sum(len(info.stageIds) for info in map(tracker.getJobInfo, jobs) if info is not None)

@@ -4,9 +4,11 @@ DataFrames of micro-ops go in, a CheckResult comes out. Checkers never import cl
 nemeses/, workloads/ or a Kafka client: they judge what was recorded, nothing else.
 
 pipeline   Parquet in, CheckResult per run out (claims.py decides what is allowed)
-fused      the default plan: prepass.py, then one shuffle by (run, key) into perkey.py,
-           where every per-key check and the dependency edges run in numpy
-kafka, delivery, frames
-           the same checks one anomaly at a time as DataFrames: the reference plan
+fused      the check job: prepass.py, then one shuffle by (run, key) into perkey.py, where
+           every per-key check and the dependency edges run in numpy
 cycles     G0/G1c search on the collected edges (networkx)
+frames     reading the history; findings, result, explain, progress, spark: the plumbing
+
+Each rule is implemented once, here. Its references live in tests/checkers/ (oracle.py,
+dataframe_oracle/, cycle_oracle.py), never in this package.
 """

@@ -5,8 +5,8 @@ its version order, lost writes, duplicates, inconsistent offsets, the per-(proce
 external poll and send order, the per-(op, key) internal order, and the delivery checks.
 The fused pipeline shuffles the history once by (run, key); `check_partition` splits what
 one worker received into keys and calls `check_group` on each. This module is plain
-numpy/pyarrow, so the rules read as in `kafka.py` (whose DataFrame checks state them one
-anomaly at a time and are the reference it is tested against) without Spark in the way.
+numpy/pyarrow, so the rules read without Spark in the way (tests/checkers/dataframe_oracle/
+states them again one anomaly at a time as DataFrames: the reference it is tested against).
 
 What a key cannot see alone comes in `RunFacts`, from the small pre-pass in `prepass.py`:
 ops that write several keys (whether an info one committed, whether an op "links" keys for
@@ -56,7 +56,7 @@ ARROW_SCHEMA = pa.schema([(name, _ARROW_TYPES[typ]) for name, typ in
 _EMPTY_I64 = np.zeros(0, np.int64)
 # code = type + 8 × f + 64 × mop_f + 512 × rebalanced + 2^10 × row_in_op + 2^32 × (op_index −
 # invoke_index), where each string is its position in these tuples (OTHER for any other
-# value or null), and rebalanced is 1 when true or null (the DataFrame plan's
+# value or null), and rebalanced is 1 when true or null (the DataFrame oracle's
 # `where(~rebalanced)` drops null too). row_in_op must be below 2^22 and the invocation at
 # most 2^31 − 1 events before its completion (the pass refuses a history where not).
 TYPES = ("ok", "info", "fail", "invoke")
@@ -146,7 +146,7 @@ class Rows:
 
 
 class KeyData:
-    """The shared per-key structures (frames.py's, for one key): reads, writes, committed ops,
+    """The shared per-key structures (the DataFrame oracle's frames.py, for one key): reads, writes, committed ops,
     evidence writes, the log, its slots and the value → dense index map."""
 
     def __init__(self, table: pa.Table, facts: RunFacts) -> None:

@@ -6,14 +6,12 @@ statistics are computed together; so one history or a thousand cost about the sa
 overhead. A check that raises on some key reports its error for that run and the others
 still report; the error makes the verdict "unknown", never a crash.
 
-`fused=False` runs the one-check-at-a-time DataFrame plan instead (kafka.py, delivery.py,
-cycles.pruned_edges): all checks in one ranked Spark action, the graph and the statistics in
-two more; a check that fails there is retried alone.
+`findings_of` swaps the detector for another one with the same answer (the tests' DataFrame
+oracle, tests/checkers/dataframe_oracle/); claims, cycle search and verdicts stay these.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import traceback
@@ -21,17 +19,14 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from pyspark.sql import DataFrame, SparkSession, Window
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, SparkSession
 
 from checkers import cycles
 from checkers import fused as fused_pass
 from checkers.claims import ClaimInputs, claims_for, classify
-from checkers.delivery import DELIVERY_CHECKS
 from checkers.explain import explain
 from checkers.findings import Findings
-from checkers.frames import RUN, Frames, build_frames, load_history, persist, unpersist
-from checkers.kafka import KAFKA_CHECKS
+from checkers.frames import load_history
 from checkers.progress import FinalPhase, progress_errors
 from checkers.result import Anomaly, CheckerError, CheckResult, Witness, merge_valid
 
@@ -41,8 +36,7 @@ HISTORY_PARQUET = "history.parquet"
 # poll, so "never polled" says nothing; `unprocessed` judges them instead.
 NOT_APPLICABLE: dict[str, frozenset[str]] = {"delivery": frozenset({"unseen"})}
 
-CheckFn = Callable[[Frames], "DataFrame | list[DataFrame]"]
-ALL_CHECKS: dict[str, CheckFn] = {**KAFKA_CHECKS, **DELIVERY_CHECKS}
+FindingsOf = Callable[[DataFrame], Findings]  # the history's rows → what the detector found
 
 
 def history_paths(source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
@@ -60,46 +54,6 @@ def history_paths(source: str | os.PathLike[str] | Sequence[str | os.PathLike[st
     return out
 
 
-def _ranked(frames: list[DataFrame]) -> DataFrame:
-    union = frames[0]
-    for df in frames[1:]:
-        union = union.unionByName(df)
-    # The union has (checks × shuffle partitions) partitions of mostly nothing; merge them
-    # before ranking rather than schedule a task for each.
-    union = union.coalesce(max(1, union.sparkSession.sparkContext.defaultParallelism))
-    w = Window.partitionBy(RUN, "anomaly")
-    # op_indices last: rows equal in sort and detail still rank the same on every run.
-    ordered = w.orderBy("sort", "detail", "op_indices")
-    return (union.select("*", F.row_number().over(ordered).alias("rank"), F.count(F.lit(1)).over(w).alias("count"))
-            .where(F.col("rank") <= MAX_WITNESSES))
-
-
-def _build(name: str, fn: CheckFn, fr: Frames) -> list[DataFrame]:
-    out = fn(fr)
-    return out if isinstance(out, list) else [out]
-
-
-def _collect_anomalies(fr: Frames, errors: list[CheckerError]) -> list[Any]:
-    built: dict[str, list[DataFrame]] = {}
-    for name, fn in ALL_CHECKS.items():
-        try:
-            built[name] = _build(name, fn, fr)
-        except Exception as exc:  # a check that cannot even be planned
-            errors.append(CheckerError(name, _describe(exc)))
-    if not built:
-        return []
-    try:
-        return _ranked([df for dfs in built.values() for df in dfs]).collect()
-    except Exception:
-        rows: list[Any] = []
-        for name, dfs in built.items():
-            try:
-                rows.extend(_ranked(dfs).collect())
-            except Exception as exc:
-                errors.append(CheckerError(name, _describe(exc)))
-        return rows
-
-
 def _describe(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     head = text[0] if text else ""
@@ -108,45 +62,16 @@ def _describe(exc: BaseException) -> str:
 
 def check_runs(source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
                inputs: ClaimInputs | Mapping[str, ClaimInputs], spark: SparkSession,
-               *, realtime: bool = True, fused: bool = True,
+               *, realtime: bool = True, findings_of: FindingsOf = fused_pass.findings,
                final_phases: FinalPhase | Mapping[str, FinalPhase] | None = None) -> dict[str, CheckResult]:
     """Check every run in the given Parquet histories in one job; run id → CheckResult.
 
-    `inputs` is one ClaimInputs for all runs or a mapping run id → ClaimInputs. `fused`
-    False runs each check as its own DataFrame (the reference the fused pass is tested
-    against; many times slower).
+    `inputs` is one ClaimInputs for all runs or a mapping run id → ClaimInputs.
     """
     started = time.perf_counter()
     history = load_history(spark, history_paths(source))
-    found = fused_pass.findings(history) if fused else per_check_findings(history)
+    found = findings_of(history)
     return _results(found, inputs, realtime=realtime, started=started, final_phases=final_phases or {})
-
-
-def per_check_findings(history: DataFrame) -> Findings:
-    """Every check as its own DataFrame over the shared frames of frames.py."""
-    fr = persist(build_frames(history))
-    try:
-        out = Findings()
-        for row in (history.groupBy(RUN, "f", "type")
-                    .agg(F.countDistinct("op_index").alias("ops"), F.count(F.lit(1)).alias("rows")).collect()):
-            out.add_stat(row["run"], row["f"], row["type"], row["ops"], row["rows"])
-        rows = _collect_anomalies(fr, out.errors_all_runs)
-        by_run: dict[str, dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
-        for row in rows:
-            by_run[row["run"]][row["anomaly"]].append(row)
-        for run, by_anomaly in by_run.items():
-            for name, anomaly_rows in by_anomaly.items():
-                anomaly_rows.sort(key=lambda r: r["rank"])
-                out.found[run][name] = (anomaly_rows[0]["count"],
-                                        [Witness(op_indices=list(r["op_indices"]), detail=json.loads(r["detail"]))
-                                         for r in anomaly_rows])
-        try:
-            out.graphs = cycles.collect_graphs(fr)
-        except Exception as exc:
-            out.graph_errors.append(CheckerError("cycles", _describe(exc)))
-        return out
-    finally:
-        unpersist(fr)
 
 
 def _results(findings: Findings, inputs: ClaimInputs | Mapping[str, ClaimInputs], *, realtime: bool,
@@ -216,12 +141,12 @@ def _result(inputs: ClaimInputs, found: dict[str, tuple[int, list[Witness]]], er
 
 
 def check_run(source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], inputs: ClaimInputs,
-              spark: SparkSession, *, realtime: bool = True, fused: bool = True,
+              spark: SparkSession, *, realtime: bool = True, findings_of: FindingsOf = fused_pass.findings,
               final_phase: FinalPhase | None = None) -> CheckResult:
     """Check the one run in `source` (a run directory or Parquet path(s)). `final_phase`: the
     ops after the final heal, if the run had one (checkers/progress.py)."""
     try:
-        results = check_runs(source, inputs, spark, realtime=realtime, fused=fused,
+        results = check_runs(source, inputs, spark, realtime=realtime, findings_of=findings_of,
                              final_phases=final_phase)
     except Exception as exc:
         return CheckResult(valid="unknown", claims=claims_for(inputs),

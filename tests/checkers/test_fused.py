@@ -1,5 +1,5 @@
 """The fused per-key pass gives exactly the anomalies, counts, witnesses, errors, graph and
-statistics that checking each anomaly alone gives (the DataFrame plan, `fused=False`), on
+statistics that checking each anomaly alone gives (the DataFrame oracle, dataframe_oracle/), on
 every hand-built case of test_anomalies (together they hold every anomaly type), on a
 batch of generated histories, and on one crowded history holding many anomaly types in the
 same keys at once. Each plan checks all runs in one job."""
@@ -12,6 +12,7 @@ from checkers.pipeline import check_runs
 from checkers.result import CheckResult
 
 from .builder import History, to_parquet
+from .dataframe_oracle import plan as dataframe_oracle
 from .test_anomalies import CASES
 from .test_properties import ACKS_1, INJECTIONS, SAFE, generate
 
@@ -71,7 +72,7 @@ def test_fused_equals_each_check_alone(spark, tmp_path_factory):
     parquet = to_parquet(histories, tmp_path_factory.mktemp("fused"))
 
     fused = check_runs(parquet, inputs, spark)
-    alone = check_runs(parquet, inputs, spark, fused=False)
+    alone = check_runs(parquet, inputs, spark, findings_of=dataframe_oracle.findings)
 
     assert sorted(fused) == sorted(alone) == sorted(histories)
     for run in sorted(histories):

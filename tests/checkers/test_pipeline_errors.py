@@ -1,6 +1,6 @@
 """A checker that fails makes the verdict unknown with its error; the others still report.
-Both plans: the fused per-key pass (a check raising inside a key group) and the
-one-check-at-a-time DataFrame plan (a check that cannot even be planned)."""
+Both detectors: the fused per-key pass (a check raising inside a key group) and the
+DataFrame oracle of the tests (a check that cannot even be planned)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,20 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from checkers import cycles, perkey, pipeline
+from checkers import cycles, perkey
+from checkers import fused as fused_pass
 from checkers.claims import ClaimInputs
 from checkers.pipeline import check_run
 from harness.history_parquet import SCHEMA
 
 from .builder import History, to_parquet
+from .dataframe_oracle import plan as dataframe_oracle
 
 
-@pytest.mark.parametrize("fused", [True, False], ids=["fused", "per-check"])
+FINDINGS = {True: fused_pass.findings, False: dataframe_oracle.findings}
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "dataframe-oracle"])
 def test_failing_checkers_give_unknown_not_a_crash(spark, tmp_path, monkeypatch, fused):
     h = History()
     h.send(0, 1, 100, 0)
@@ -34,9 +39,9 @@ def test_failing_checkers_give_unknown_not_a_crash(spark, tmp_path, monkeypatch,
     if fused:
         monkeypatch.setitem(perkey.CHECKS, "broken", broken_check)
     else:
-        monkeypatch.setitem(pipeline.ALL_CHECKS, "broken", broken_check)
+        monkeypatch.setitem(dataframe_oracle.ALL_CHECKS, "broken", broken_check)
     monkeypatch.setattr(cycles, "search", broken_search)
-    result = check_run(parquet, ClaimInputs(acks="all", min_insync_replicas=2), spark, fused=fused)
+    result = check_run(parquet, ClaimInputs(acks="all", min_insync_replicas=2), spark, findings_of=FINDINGS[fused])
     assert result.valid is False  # the unseen write is still found, and false beats unknown
     assert [a.name for a in result.anomalies] == ["unseen"]
     errors = {e.checker: e.error for e in result.errors}
@@ -47,7 +52,7 @@ def test_failing_checkers_give_unknown_not_a_crash(spark, tmp_path, monkeypatch,
     clean.send(0, 1, 100, 0)
     clean.assign(1, [1])
     clean.poll(1, {1: [(0, 100)]})
-    result = check_run(to_parquet({"c": clean}, tmp_path / "c"), ClaimInputs(), spark, fused=fused)
+    result = check_run(to_parquet({"c": clean}, tmp_path / "c"), ClaimInputs(), spark, findings_of=FINDINGS[fused])
     assert result.valid == "unknown" and result.exit_code == 2
 
 
@@ -89,7 +94,7 @@ def test_missing_history_is_unknown(spark, tmp_path):
     assert "no such history" in result.errors[0].error
 
 
-@pytest.mark.parametrize("fused", [True, False], ids=["fused", "per-check"])
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "dataframe-oracle"])
 def test_a_run_whose_every_send_failed_is_unknown_not_valid(spark, tmp_path, fused):
     """Every send refused, every poll of the empty log ok and consistent: nothing any claim
     is about was exercised, so the run is not called valid (this once hid a client
@@ -100,7 +105,7 @@ def test_a_run_whose_every_send_failed_is_unknown_not_valid(spark, tmp_path, fus
     h.assign(1, [1])
     h.poll(1, {1: []})
     result = check_run(to_parquet({"r": h}, tmp_path / "r"), ClaimInputs(acks="all", min_insync_replicas=2), spark,
-                       fused=fused)
+                       findings_of=FINDINGS[fused])
     assert result.valid == "unknown" and result.anomalies == []
     assert [e.checker for e in result.errors] == ["history", "progress"]
     assert "every send failed" in result.errors[0].error
@@ -109,5 +114,5 @@ def test_a_run_whose_every_send_failed_is_unknown_not_valid(spark, tmp_path, fus
     h.send(0, 1, 101, 0)
     h.poll(1, {1: [(0, 101)]})
     result = check_run(to_parquet({"r": h}, tmp_path / "ok"), ClaimInputs(acks="all", min_insync_replicas=2), spark,
-                       fused=fused)
+                       findings_of=FINDINGS[fused])
     assert result.valid is True, result.errors

@@ -15,8 +15,10 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from checkers.emit import emit
-from checkers.frames import RUN, Frames, delta
+from checkers.frames import RUN
+
+from .emit import emit
+from .frames import Frames, delta
 
 MAX_WITNESS_OPS = 8
 

@@ -15,9 +15,11 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from checkers.emit import emit
-from checkers.frames import RUN, Frames
-from checkers.kafka import MAX_WITNESS_OPS
+from checkers.frames import RUN
+
+from .emit import emit
+from .frames import Frames
+from .kafka import MAX_WITNESS_OPS
 
 DEFAULT_GROUP = "default"
 

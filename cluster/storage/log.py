@@ -35,6 +35,7 @@ from cluster.storage.batch import HEADER_SIZE, BatchHeader, InvalidBatchError, c
 from cluster.storage.config import LogConfig
 from cluster.storage.disk import Bytes, Disk
 from cluster.storage.epochs import CorruptCheckpointError, LeaderEpochCache, replay_assignments
+from cluster.storage.record_times import record_times
 from cluster.storage.segment import INDEX_SUFFIX, Segment, parse_segment_file_name
 
 __all__ = ["LogConfig", "OffsetOutOfRangeError", "PartitionLog", "RecoveryReport"]
@@ -426,15 +427,25 @@ class PartitionLog:
             position = 0
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
-        """(offset, max timestamp) of the first batch whose max timestamp >= timestamp_ms; the
-        offset is the batch's base offset, or the log start if that lies inside the batch.
-        Batch granularity: storage never parses records."""
+        """(offset, timestamp) of the first record at or past the log start whose timestamp is
+        >= timestamp_ms, as Kafka's LogSegment.findOffsetByTimestamp. A batch whose codec
+        cannot be read here answers at batch granularity: its base offset (or the log start
+        inside it) and its max timestamp."""
         self._check_open()
-        for segment in self._segments[self._segment_index_for(self._log_start_offset) :]:
-            found = segment.locate_timestamp(timestamp_ms, max(self._log_start_offset, segment.base_offset))
-            if found is not None:
-                header = found[1]
-                return max(header.base_offset, self._log_start_offset), header.max_timestamp_ms
+        start = self._log_start_offset
+        for segment in self._segments[self._segment_index_for(start) :]:
+            found = segment.locate_timestamp(timestamp_ms, max(start, segment.base_offset))
+            if found is None:
+                continue
+            for position, header in segment.headers_from(found[0]):
+                if header.max_timestamp_ms < timestamp_ms or header.last_offset < start:
+                    continue
+                records = record_times(segment.read(position, header.size_bytes))
+                if records is None:
+                    return max(header.base_offset, start), header.max_timestamp_ms
+                for offset, record_timestamp_ms in records:
+                    if offset >= start and record_timestamp_ms >= timestamp_ms:
+                        return offset, record_timestamp_ms
         return None
 
     def max_timestamp(self) -> tuple[int, int] | None:

@@ -24,8 +24,7 @@ def _topic_with_records(cluster, topic: str, count: int) -> AdminClient:
     for i in range(count - 1):
         producer.produce(topic, f"v{i}".encode(), partition=0, timestamp=BASE_TIMESTAMP_MS + 1000 * i,
                          on_delivery=lambda err, msg: errors.append(err))
-        # One batch per record: the broker answers ListOffsets by timestamp at batch
-        # granularity (cluster/storage/log.py offset_for_timestamp), Kafka at record granularity.
+        # One batch per record (records sharing a batch: test_list_offsets_by_time.py).
         producer.flush(TIMEOUT_S)
     producer.poll(0)
     last = count - 1

@@ -1,0 +1,60 @@
+"""ListOffsets by timestamp answers at record granularity, as Kafka does: the first record whose
+own timestamp reaches the target, with that record's timestamp, even when the records share
+one batch (uncompressed, and gzip, which the broker can read), on one and three brokers."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+
+from cluster.storage.batch import split_batches
+
+TIMEOUT_S = 15
+BASE_TIMESTAMP_MS = 1_700_000_000_000
+RECORDS = 5
+
+
+def _batches_on_disk(cluster, topic: str) -> list[tuple[int, int]]:
+    """(base offset, record count) of each batch in one replica's log of `topic`-0."""
+    for directory in glob.glob(os.path.join(cluster.base_dir, "broker-*", f"{topic}-0")):
+        out = []
+        for path in sorted(glob.glob(os.path.join(directory, "*.log"))):
+            with open(path, "rb") as file:
+                out += [(h.base_offset, h.record_count) for h, _ in split_batches(file.read())]
+        if out:
+            return out
+    return []
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+def test_offsets_for_times_inside_one_batch(interop_cluster, names, compression):
+    topic = f"{names}-{compression}"
+    admin = AdminClient({"bootstrap.servers": interop_cluster.bootstrap_servers})
+    admin.create_topics([NewTopic(topic, 1, min(3, len(interop_cluster.brokers)))], operation_timeout=TIMEOUT_S)[topic].result(TIMEOUT_S)
+    # A long linger and one flush: the five records go out as one batch.
+    producer = Producer({"bootstrap.servers": interop_cluster.bootstrap_servers, "acks": "all", "linger.ms": 500,
+                         "compression.type": compression})
+    errors: list[object] = []
+    for i in range(RECORDS):
+        producer.produce(topic, f"v{i}".encode(), partition=0, timestamp=BASE_TIMESTAMP_MS + 1000 * i,
+                         on_delivery=lambda err, msg: errors.append(err))
+    assert producer.flush(TIMEOUT_S) == 0
+    assert errors == [None] * RECORDS
+    assert _batches_on_disk(interop_cluster, topic) == [(0, RECORDS)]
+
+    consumer = Consumer({"bootstrap.servers": interop_cluster.bootstrap_servers, "group.id": names})
+    try:
+        for target, expected in [(BASE_TIMESTAMP_MS, 0), (BASE_TIMESTAMP_MS + 1, 1), (BASE_TIMESTAMP_MS + 2500, 3),
+                                 (BASE_TIMESTAMP_MS + 4000, 4), (BASE_TIMESTAMP_MS + 4001, -1)]:
+            [found] = consumer.offsets_for_times([TopicPartition(topic, 0, target)], timeout=TIMEOUT_S)
+            assert found.error is None and found.offset == expected, (target, found)
+    finally:
+        consumer.close()
+    # The admin client also shows the timestamp answered: the record's own, not the batch's max.
+    tp = TopicPartition(topic, 0)
+    info = admin.list_offsets({tp: OffsetSpec.for_timestamp(BASE_TIMESTAMP_MS + 1500)}, request_timeout=TIMEOUT_S)[tp].result(TIMEOUT_S)
+    assert (info.offset, info.timestamp) == (2, BASE_TIMESTAMP_MS + 2000)

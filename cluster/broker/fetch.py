@@ -109,7 +109,7 @@ def _read(broker: Broker, request: Request) -> _FetchRead:
                     result.diverging_epoch = diverging
                     has_error = True  # answer at once: the follower must truncate before it can fetch
                     continue
-                partition.on_follower_fetch(replica_id, p.fetch_offset, replica_epoch, now_ms)
+                partition.on_follower_fetch(replica_id, p.fetch_offset, replica_epoch, now_ms, int(getattr(p, "log_start_offset", -1)))
                 result.high_watermark = partition.high_watermark
             try:
                 if replica_id >= 0:

@@ -57,6 +57,7 @@ class FollowerState:
     leader_end_at_last_fetch: int = -1
     last_fetch_ms: int = 0
     broker_epoch: int = -1
+    log_start_offset: int = -1  # as its last fetch reported it (-1: unknown, holds the low watermark)
 
 
 @dataclass(slots=True)
@@ -100,6 +101,10 @@ class Partition:
         self.epoch_start_offset = 0  # where our leader epoch begins (the log end when elected)
         self._append_listeners: set[Callable[[], None]] = set()
         self._pending_acks: list[PendingAck] = []
+        self._pending_deletes: list[PendingAck] = []  # DeleteRecords waiting for the low watermark
+        # Whether a replica's broker is alive (registered, unfenced): a dead one does not hold
+        # the low watermark back, as Kafka's lowWatermarkIfLeader skips brokers not alive.
+        self.replica_alive: Callable[[int], bool] = lambda replica: True
         # Called with (tp, producer id, producer epoch, committed) for each transaction marker a
         # follower replicates (the leader's marker handler calls the broker itself).
         self.marker_listener: Callable[[TopicPartition, int, int, bool], None] | None = None
@@ -305,7 +310,52 @@ class Partition:
                 remaining.append(pending)
         self._pending_acks = remaining
 
+    @property
+    def low_watermark(self) -> int:
+        """The smallest log start offset over this leader and its live followers (Kafka's
+        lowWatermarkIfLeader): DeleteRecords is done once it reaches the offset asked for."""
+        low = self.log_start_offset
+        for replica, follower in self.followers.items():
+            if self.replica_alive(replica):
+                low = min(low, follower.log_start_offset)
+        return low
+
+    def wait_for_low_watermark(self, required_offset: int, done: Callable[[ErrorCode], None]) -> PendingAck:
+        """Call `done` once the low watermark reaches `required_offset` (Kafka's
+        DelayedDeleteRecords), or with the error that ends the wait (leadership lost)."""
+        pending = PendingAck(required_offset, done)
+        self._pending_deletes.append(pending)
+        self._check_pending_deletes()
+        return pending
+
+    def cancel_delete_wait(self, pending: PendingAck, error: ErrorCode) -> None:
+        if not pending.settled:
+            pending.settled = True
+            if pending in self._pending_deletes:
+                self._pending_deletes.remove(pending)
+            pending.done(error)
+
+    def _check_pending_deletes(self) -> None:
+        if not self._pending_deletes:
+            return
+        low = self.low_watermark if self.role == LEADER else -1
+        remaining = []
+        for pending in self._pending_deletes:
+            if pending.settled:
+                continue
+            if self.role == LEADER and low >= pending.required_offset:
+                pending.settled = True
+                pending.done(ErrorCode.none)
+            else:
+                remaining.append(pending)
+        self._pending_deletes = remaining
+
     def _fail_pending_acks(self, error: ErrorCode) -> None:
+        deletes, self._pending_deletes = self._pending_deletes, []
+        for entry in deletes:
+            if not entry.settled:
+                entry.settled = True
+                entry.done(error)
         pending, self._pending_acks = self._pending_acks, []
         for entry in pending:
             if not entry.settled:
@@ -328,8 +378,9 @@ class Partition:
             return epoch, end
         return None
 
-    def on_follower_fetch(self, replica: int, fetch_offset: int, broker_epoch: int, now_ms: int) -> None:
-        """A follower fetched from `fetch_offset`: that is its log end offset."""
+    def on_follower_fetch(self, replica: int, fetch_offset: int, broker_epoch: int, now_ms: int, log_start_offset: int = -1) -> None:
+        """A follower fetched from `fetch_offset`: that is its log end offset; its log start
+        offset is the one its request reports."""
         follower = self.followers.get(replica)
         if follower is None:
             return
@@ -347,7 +398,9 @@ class Partition:
         follower.last_fetch_ms = now_ms
         follower.log_end_offset = min(fetch_offset, leader_end)
         follower.broker_epoch = broker_epoch
+        follower.log_start_offset = log_start_offset
         self.maybe_advance_high_watermark()
+        self._check_pending_deletes()
 
     def expandable_followers(self, now_ms: int) -> list[int]:
         """Followers outside the ISR that may rejoin: log end at or past the HWM and the start

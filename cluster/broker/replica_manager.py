@@ -189,6 +189,7 @@ class ReplicaManager:
                 partition = self.partitions[tp] = Partition(tp, partition_log, self._settings(topic.configs),
                                                             high_watermark=self._checkpointed_high_watermark(tp))
                 partition.marker_listener = self._marker_replicated
+                partition.replica_alive = self._broker_alive
             role = partition.apply_state(state, now_ms)
             if role == LEADER:
                 changes.became_leader.append(tp)
@@ -199,6 +200,10 @@ class ReplicaManager:
         if latest or delta.brokers or delta.removed_topics:
             self._refresh_fetchers()
         return changes
+
+    def _broker_alive(self, broker_id: int) -> bool:
+        registration = self.controller.image.brokers.get(broker_id)
+        return registration is not None and not registration.fenced
 
     def _topic_id_on_disk(self, tp: TopicPartition) -> uuid.UUID | None:
         """The topic id the replica directory was created for (None: no or unreadable file)."""

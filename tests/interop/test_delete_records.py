@@ -117,3 +117,21 @@ def test_followers_take_the_leaders_log_start_so_a_new_leader_keeps_the_deletion
             time.sleep(0.05)
         assert leader not in (-1, old_leader)
         assert _earliest(survivor, topic) == 5
+
+
+def test_delete_records_answers_once_every_replica_moved_its_log_start(interop_cluster, names) -> None:
+    """Kafka answers DeleteRecords when the low watermark (every live replica's log start)
+    reaches the offset: by then each replica's log start offset is on its disk."""
+    import glob
+    import os
+
+    topic = f"{names}-t"
+    admin = _topic_with_records(interop_cluster, topic, 10)
+    for offset in (3, 7):
+        (result,) = [f.result(TIMEOUT_S) for f in admin.delete_records([TopicPartition(topic, 0, offset)], request_timeout=TIMEOUT_S).values()]
+        assert result.low_watermark == offset
+        starts = []
+        for directory in glob.glob(os.path.join(interop_cluster.base_dir, "broker-*", f"{topic}-0")):
+            with open(os.path.join(directory, "log-start-offset")) as file:
+                starts.append(int(file.read()))
+        assert starts == [offset] * len(interop_cluster.brokers), starts

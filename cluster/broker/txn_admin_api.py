@@ -39,9 +39,10 @@ def handle_describe_transactions(broker: Broker, request: Request, reply: Reply)
         if error is ErrorCode.none and txn is None:
             error = ErrorCode.transactional_id_not_found
         if txn is None:
+            # Kafka sets only the error code here; the other fields keep the schema's defaults (0).
             states.append(build(state_cls, error_code=error, transactional_id=transactional_id, transaction_state="",
-                                transaction_timeout=datetime.timedelta(0), transaction_start_time=_time(-1), producer_id=-1,
-                                producer_epoch=-1, topics=()))
+                                transaction_timeout=datetime.timedelta(0), transaction_start_time=_time(0), producer_id=0,
+                                producer_epoch=0, topics=()))
             continue
         topics: dict[str, list[int]] = {}
         for tp in sorted(txn.partitions, key=lambda t: (t.topic, t.partition)):

@@ -83,6 +83,12 @@ def test_run_against_a_local_cluster_returns_a_valid_result(tmp_path: Path) -> N
     assert "report:" in result.describe() and "reproduce with: logquake test" in result.describe()
 
 
+def _default_sigint() -> None:
+    # A child inherits an ignored SIGINT (pytest-xdist's workers ignore it), and Python then
+    # installs no KeyboardInterrupt handler: the child must start as a user's shell starts it.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 _INTERRUPTED_SCRIPT = textwrap.dedent("""
     import json, sys, time
     import logquake
@@ -95,7 +101,7 @@ _INTERRUPTED_SCRIPT = textwrap.dedent("""
 
 def test_local_cluster_tears_down_on_keyboard_interrupt(tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-c", _INTERRUPTED_SCRIPT, str(tmp_path / "cluster")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
     pids: list[int] = []
     try:
         line = proc.stdout.readline()
@@ -141,7 +147,7 @@ def _live_processes_naming(path: Path) -> list[psutil.Process]:
 def test_an_interrupted_run_stops_its_child_and_cluster_and_raises_keyboard_interrupt(tmp_path: Path) -> None:
     results = tmp_path / "results"
     proc = subprocess.Popen([sys.executable, "-c", _INTERRUPTED_RUN_SCRIPT, str(results)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
     try:
         seen = []
         for line in proc.stdout:  # the run's output, copied by run() as it comes

@@ -268,7 +268,7 @@ def history_tables(numbered_ops: Iterable[tuple[int, Op]], *, path: str | os.Pat
             # Left out of the table (not checked), but the claims need to know which faults ran.
             if op.f.startswith("start-"):
                 clean_errored = nemesis_starts.setdefault(op.f[len("start-"):], [0, 0])
-                clean_errored[op.error is not None] += 1
+                clean_errored[_failed_outright(op.error)] += 1
             continue
         process = op.process
         assert isinstance(process, int)
@@ -315,11 +315,20 @@ def history_tables(numbered_ops: Iterable[tuple[int, Op]], *, path: str | os.Pat
         stats["final_by_f"] = final_by_f
 
 
+def _failed_outright(error: Any) -> bool:
+    """A start op whose action raised (`["exception", ...]`, harness/interpreter.py) did not
+    run. Any other error is indeterminate, like a client's `info`: a start that timed out
+    ("no completion within N s") may have done all its damage (brokers-down's kills happen
+    before its waits), so it counts as a fault that may have run."""
+    return isinstance(error, list) and bool(error) and error[0] == "exception"
+
+
 def faults_that_ran(starts: dict[str, list[int]]) -> frozenset[str]:
     """Fault kinds with a start op that did not fail outright. A start op is recorded twice
     (invocation, then completion with the error if the action raised), so a kind ran when
     its error-free records outnumber its failed ones: some start completed cleanly, or was
-    still under way when the history ended. A start that failed outright excuses nothing."""
+    still under way when the history ended, or timed out. A start that failed outright (its
+    action raised) excuses nothing."""
     return frozenset(kind for kind, (clean, errored) in starts.items() if clean > errored)
 
 

@@ -110,3 +110,17 @@ def test_bad_run_id(tmp_path):
     history = write_ops(tmp_path / "h.jsonl", [])
     with pytest.raises(ValueError, match="run id"):
         convert_history(history, tmp_path / "pq", "../escape")
+
+
+def test_a_fault_start_that_timed_out_may_have_run_one_that_raised_did_not():
+    from harness.history_parquet import history_tables
+
+    def nemesis(index, f, error=None):
+        return Op(index, index * 1000, "info", "nemesis", f, None, error)
+
+    ops = [nemesis(0, "start-brokers-down"), nemesis(1, "start-brokers-down", "no completion within 120 s"),
+           nemesis(2, "start-kill"), nemesis(3, "start-kill", ["exception", "NemesisError: needs 3 brokers"]),
+           nemesis(4, "start-pause"), nemesis(5, "start-pause")]
+    stats: dict = {}
+    list(history_tables(enumerate(ops, 1), stats=stats))
+    assert stats["faults"] == frozenset({"brokers-down", "pause"})

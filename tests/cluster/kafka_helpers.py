@@ -148,3 +148,22 @@ def wait_for(predicate, timeout_s: float, what: str, interval_s: float = 0.1):
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: not reached within {timeout_s} s")
         time.sleep(interval_s)
+
+
+def group_coordinator(cluster, group: str) -> int | None:
+    """The group's coordinator as a live broker answers FindCoordinator, asked directly (not
+    through librdkafka, whose admin client can abort on an internal assertion mid-failover)."""
+    from cluster.protocol.client import ProtocolClientError, WireClient
+    from cluster.protocol.versions import ApiKey
+
+    for broker in cluster.brokers:
+        if not cluster.is_alive(broker.broker_id):
+            continue
+        try:
+            with WireClient(broker.host, broker.port, timeout_s=5) as client:
+                answer = client.request(ApiKey.FIND_COORDINATOR, 3, key=group, key_type=0)
+        except (OSError, ProtocolClientError):
+            continue
+        if answer.error_code.value == 0:
+            return int(answer.node_id)
+    return None

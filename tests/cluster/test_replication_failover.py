@@ -12,8 +12,6 @@ from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, TopicParti
 from confluent_kafka.admin import AdminClient
 
 from cluster.launcher import LocalCluster
-from cluster.protocol.client import ProtocolClientError, WireClient
-from cluster.protocol.versions import ApiKey
 from tests.cluster.kafka_helpers import create_topic, partition_view, wait_for
 from tests.cluster.replication_helpers import FAST_FAILOVER, ContinuousProducer, produce_directly, read_partition
 
@@ -226,21 +224,9 @@ def test_a_group_keeps_its_committed_offsets_when_the_coordinator_broker_dies(ma
     admin = AdminClient({"bootstrap.servers": bootstrap})
 
     def coordinator() -> int | None:
-        # FindCoordinator straight to each live broker. (librdkafka's describe_consumer_groups
-        # once aborted the whole test process mid-failover: a client assertion, not ours.)
-        for broker in cluster.brokers:
-            if not cluster.is_alive(broker.broker_id):
-                continue
-            try:
-                with WireClient(broker.host, broker.port, timeout_s=5) as client:
-                    answer = client.request(ApiKey.FIND_COORDINATOR, 3, key=group, key_type=0)
-            except (OSError, ProtocolClientError):
-                continue
-            if answer.error_code.value == 0:
-                return int(answer.node_id)
-        return None
+        return group_coordinator(cluster, group)
 
-    from tests.cluster.kafka_helpers import consumer  # confluent consumer with test-friendly timeouts
+    from tests.cluster.kafka_helpers import consumer, group_coordinator  # confluent consumer with test-friendly timeouts
 
     c = consumer(bootstrap, group)
     try:

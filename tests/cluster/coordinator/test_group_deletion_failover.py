@@ -13,7 +13,7 @@ from kio.index import EntityType
 from cluster.protocol.client import ProtocolClientError, WireClient
 from cluster.protocol.codec import build, payload_class
 from cluster.protocol.versions import ApiKey
-from tests.cluster.kafka_helpers import consumer, create_topic, wait_for
+from tests.cluster.kafka_helpers import consumer, create_topic, group_coordinator, wait_for
 from tests.cluster.replication_helpers import FAST_FAILOVER
 
 TOPIC = "ledger"
@@ -35,17 +35,7 @@ def test_a_deleted_group_stays_deleted_after_its_coordinator_dies(make_cluster) 
     admin.delete_consumer_groups([deleted], request_timeout=10)[deleted].result(timeout=15)
 
     def coordinator(group: str) -> int | None:
-        for broker in cluster.brokers:
-            if not cluster.is_alive(broker.broker_id):
-                continue
-            try:
-                with WireClient(broker.host, broker.port, timeout_s=5) as client:
-                    answer = client.request(ApiKey.FIND_COORDINATOR, 3, key=group, key_type=0)
-            except (OSError, ProtocolClientError):
-                continue
-            if answer.error_code.value == 0:
-                return int(answer.node_id)
-        return None
+        return group_coordinator(cluster, group)
 
     # wait_for needs a truthy value: broker ids are wrapped (broker 0 is falsy).
     (before,) = wait_for(lambda: (b := coordinator(deleted)) is not None and b >= 0 and (b,), 30, "the group's coordinator")

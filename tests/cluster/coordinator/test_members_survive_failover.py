@@ -8,28 +8,14 @@ from __future__ import annotations
 
 import time
 
-from cluster.protocol.client import ProtocolClientError, WireClient
+from cluster.protocol.client import WireClient
 from cluster.protocol.versions import ApiKey
-from tests.cluster.kafka_helpers import create_topic, wait_for
+from tests.cluster.kafka_helpers import create_topic, group_coordinator, wait_for
 from tests.cluster.replication_helpers import FAST_FAILOVER
 from tests.interop.test_static_membership import _Member, _poll_until
 
 TOPIC = "work"
 GROUP = "static-workers"
-
-
-def _coordinator(cluster, group: str) -> int | None:
-    for broker in cluster.brokers:
-        if not cluster.is_alive(broker.broker_id):
-            continue
-        try:
-            with WireClient(broker.host, broker.port, timeout_s=5) as client:
-                answer = client.request(ApiKey.FIND_COORDINATOR, 3, key=group, key_type=0)
-        except (OSError, ProtocolClientError):
-            continue
-        if answer.error_code.value == 0:
-            return int(answer.node_id)
-    return None
 
 
 def test_static_members_carry_on_through_a_coordinator_failover(make_cluster) -> None:
@@ -41,7 +27,7 @@ def test_static_members_carry_on_through_a_coordinator_failover(make_cluster) ->
     try:
         _poll_until([first, second], lambda: len(first.assigned()) == 1 and len(second.assigned()) == 1, "one partition each")
         events = (list(first.events), list(second.events))
-        (old,) = wait_for(lambda: (b := _coordinator(cluster, GROUP)) is not None and b >= 0 and (b,), 30, "the group's coordinator")
+        (old,) = wait_for(lambda: (b := group_coordinator(cluster, GROUP)) is not None and b >= 0 and (b,), 30, "the group's coordinator")
         cluster.kill(old)
         # Poll through the failover: librdkafka finds the new coordinator and heartbeats it
         # with the same member id and generation; a coordinator that had lost the members
@@ -51,7 +37,7 @@ def test_static_members_carry_on_through_a_coordinator_failover(make_cluster) ->
         while time.monotonic() < deadline and new is None:
             first.poll()
             second.poll()
-            found = _coordinator(cluster, GROUP)
+            found = group_coordinator(cluster, GROUP)
             new = found if found is not None and found != old else None
         assert new is not None, "no new coordinator within 60 s"
         settle = time.monotonic() + 6  # a few heartbeat intervals with the new coordinator

@@ -25,6 +25,7 @@ $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -e '.[test]'
+	scripts/fetch-junit-xsd $(VENV)
 	rm -f $(VENV)/.installed-*
 	touch $@
 

@@ -38,6 +38,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--spark-master", default=None, help="Spark master URL (default local[*])")
     parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark setting, repeatable (e.g. spark.driver.memory=4g)")
+    parser.add_argument("--junit-xml", default=None, metavar="PATH",
+                        help="also write the verdict as JUnit XML for CI (a testcase per claim)")
     parser.set_defaults(handler=handle)
 
 
@@ -178,6 +180,9 @@ def print_verdict(result, out) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
+    from harness.junit import now_utc
+
+    started_at = now_utc()
     try:
         conf = parse_spark_conf(args.spark_conf)
         code = analyze(args.run_dir, spark_master=args.spark_master, spark_conf=conf)
@@ -185,7 +190,28 @@ def handle(args: argparse.Namespace) -> int:
         print(f"logquake analyze: {exc}", file=sys.stderr)
         return EXIT_BAD_ARGUMENTS
     _write_report(Path(args.run_dir))
+    if args.junit_xml is not None:
+        _write_junit(Path(args.run_dir), args.junit_xml, started_at)
     return code
+
+
+def _write_junit(run_dir: Path, path: str, started_at) -> None:
+    """The re-checked run as JUnit XML (harness/junit.py), named, seeded and reproducible
+    from its spec.json."""
+    from harness.junit import RunRecord, load_result, now_utc, suite_for_run, write_junit
+
+    spec, _ = store.read_json_object(run_dir / SPEC_JSON)
+    spec = spec or {}
+    seed = spec.get("seed")
+    record = RunRecord(name=str(spec.get("name") or run_dir.name), status="checked", started_at=started_at,
+                       elapsed_s=(now_utc() - started_at).total_seconds(), message="re-checked by logquake analyze",
+                       run_dir=run_dir.resolve(), seed=seed if isinstance(seed, int) else None,
+                       reproduce_command=spec.get("command") if isinstance(spec.get("command"), str) else None,
+                       result=load_result(run_dir))
+    try:
+        print(f"junit: {write_junit(path, [suite_for_run(record)])}")
+    except OSError as exc:
+        print(f"logquake analyze: cannot write the JUnit file {path}: {exc}", file=sys.stderr)
 
 
 def _write_report(run_dir: Path) -> None:

@@ -8,11 +8,13 @@ exit code is the verdict (0 valid, 1 invalid, 2 unknown; 130 when interrupted).
 from __future__ import annotations
 
 import argparse
+import os
 import secrets
 import shlex
 import signal
 import socket
 import sys
+import time
 from typing import Any
 
 from harness.cli import EXIT_BAD_ARGUMENTS, EXIT_HARNESS_ERROR
@@ -52,6 +54,8 @@ def register(subparsers: Any) -> None:
                    help="test an external Kafka-protocol cluster instead of the bundled one")
     p.add_argument("--name", default=None, help="test name: results/<name>/<timestamp>/ (default from workload and faults)")
     p.add_argument("--results-dir", default="results", help="results root (default ./results)")
+    p.add_argument("--junit-xml", default=None, metavar="PATH",
+                   help="also write the verdict as JUnit XML for CI: a testsuite per run, a testcase per claim")
     p.set_defaults(handler=handle)
 
 
@@ -232,6 +236,8 @@ def handle(args: argparse.Namespace) -> int:
 
         command = [sys.executable, "-m", "harness.testcmd",
                    *test_argv(args, base_seed, args.name, test_count=args.test_count)]
+        if args.junit_xml is not None:
+            command += ["--junit-xml", os.path.abspath(args.junit_xml)]
         try:
             ensure_private_namespace(command)
         except NamespaceUnavailable as exc:
@@ -239,9 +245,11 @@ def handle(args: argparse.Namespace) -> int:
             return EXIT_HARNESS_ERROR
     verdicts = []
     exit_code = 0
+    records: list[Any] = []  # for --junit-xml: one per run, written after each
     for spec in specs:
         print(f"{PROG}: seed {spec.seed}; reproduce with: {spec.command}", flush=True)
-        code, valid = run_one(spec, args.results_dir)
+        code, valid = run_one(spec, args.results_dir,
+                              on_record=None if args.junit_xml is None else _junit_writer(args.junit_xml, records))
         if code in (EXIT_HARNESS_ERROR, 130):
             return code
         verdicts.append(valid)
@@ -262,15 +270,45 @@ def _verdict_word(valid: Any) -> str:
     return {True: "valid", False: "INVALID", "unknown": "unknown"}.get(valid, str(valid))
 
 
-def run_one(spec: RunSpec, results_dir: str) -> tuple[int, Any]:
+def _junit_writer(path: str, records: list[Any]) -> Any:
+    """A run_one callback that adds the run to the JUnit file (rewritten whole, atomically)."""
+    from harness.junit import suite_for_run, write_junit
+
+    def record(run: Any) -> None:
+        records.append(run)
+        try:
+            write_junit(path, [suite_for_run(r) for r in records])
+        except OSError as exc:
+            print(f"{PROG}: cannot write the JUnit file {path}: {exc}", file=sys.stderr)
+    return record
+
+
+def run_one(spec: RunSpec, results_dir: str, on_record: Any = None) -> tuple[int, Any]:
+    """Run `spec`; returns (exit code, verdict). `on_record`, if given, receives the run's
+    harness.junit.RunRecord however it ended (checked, harness error, interrupted)."""
     from harness.progress import Progress
     from harness.run import HarnessError, execute, open_run
+
+    if on_record is not None:
+        from harness.junit import RunRecord, load_result, now_utc
+
+        started_at, started_s = now_utc(), time.monotonic()
+
+        def record(status: Any, message: str, run_dir: Any) -> None:
+            on_record(RunRecord(name=spec.name, status=status, started_at=started_at,
+                                elapsed_s=time.monotonic() - started_s, message=message, run_dir=run_dir,
+                                seed=spec.seed, reproduce_command=spec.command,
+                                result=load_result(run_dir) if status == "checked" else None))
+    else:
+        def record(status: Any, message: str, run_dir: Any) -> None:
+            pass
 
     progress = Progress()
     try:
         run = open_run(spec, results_dir, progress=progress)
     except OSError as exc:
         print(f"{PROG}: cannot create the run directory under {results_dir}: {exc}", file=sys.stderr)
+        record("harness-error", f"cannot create the run directory under {results_dir}: {exc}", None)
         return EXIT_HARNESS_ERROR, None
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
 
@@ -290,17 +328,20 @@ def run_one(spec: RunSpec, results_dir: str) -> tuple[int, Any]:
     except KeyboardInterrupt:
         print(f"\n{PROG}: interrupted while checking; the history is complete in {run.run_dir}", file=sys.stderr)
         print(f"{PROG}: seed {spec.seed}; reproduce with: {spec.command}", flush=True)
+        record("interrupted", "interrupted while checking; the history is complete", run.run_dir)
         return 130, None
     except HarnessError as exc:
         run.log.error("harness error: %s", exc)
         print(f"{PROG}: harness error: {exc}", file=sys.stderr)
         print(f"{PROG}: seed {spec.seed}; results in {run.run_dir}; reproduce with: {spec.command}", flush=True)
+        record("harness-error", str(exc), run.run_dir)
         return EXIT_HARNESS_ERROR, None
     except Exception as exc:
         run.log.exception("harness error")
         print(f"{PROG}: harness error: {type(exc).__name__}: {exc} (details in {run.run_dir}/harness.log)",
               file=sys.stderr)
         print(f"{PROG}: seed {spec.seed}; results in {run.run_dir}; reproduce with: {spec.command}", flush=True)
+        record("harness-error", f"{type(exc).__name__}: {exc} (details in {run.run_dir}/harness.log)", run.run_dir)
         return EXIT_HARNESS_ERROR, None
     finally:
         progress.stop()
@@ -308,6 +349,7 @@ def run_one(spec: RunSpec, results_dir: str) -> tuple[int, Any]:
             signal.signal(sig, handler)
         run.close()
     verdict = "interrupted" if outcome.interrupted else _verdict_word(outcome.valid)
+    record("interrupted" if outcome.interrupted else "checked", outcome.message, outcome.run_dir)
     print(f"{PROG}: {verdict} ({outcome.message}); results in {outcome.run_dir}", flush=True)
     print(f"{PROG}: seed {spec.seed}; reproduce with: {spec.command}", flush=True)
     return outcome.exit_code, outcome.valid

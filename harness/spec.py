@@ -43,6 +43,9 @@ class RunSpec:
     brokers: int = 3
     nemeses: tuple[str, ...] = ()
     nemesis_interval_s: float = 10.0
+    # --nemesis-option key=value, verbatim (e.g. partition_targets=primaries); the fault
+    # packages read them through nemeses.base.NemesisOptions.from_object.
+    nemesis_options: Mapping[str, str] = field(default_factory=dict)
     workload_options: Mapping[str, Any] = field(default_factory=dict)
     bootstrap_servers: str | None = None
     # Effective librdkafka settings: the workload's defaults overlaid with the user's.
@@ -61,7 +64,7 @@ class RunSpec:
     def __post_init__(self) -> None:
         # Normalise containers so equal specs compare equal whatever the caller passed.
         object.__setattr__(self, "nemeses", tuple(self.nemeses))
-        for name in ("workload_options", "client_config", "client_config_overrides", "cluster_config"):
+        for name in ("workload_options", "client_config", "client_config_overrides", "cluster_config", "nemesis_options"):
             object.__setattr__(self, name, dict(getattr(self, name)))
         self.validate()
 
@@ -91,7 +94,7 @@ class RunSpec:
             _check(not needs_control, "nemeses",
                    f"{', '.join(needs_control)} needs control of the broker processes and cannot run against an "
                    "external cluster (--bootstrap-servers); run without --nemesis or on the bundled cluster")
-        for name in ("client_config", "client_config_overrides", "cluster_config"):
+        for name in ("client_config", "client_config_overrides", "cluster_config", "nemesis_options"):
             for key, value in getattr(self, name).items():
                 _check(isinstance(key, str) and key.strip() == key and key != "" and isinstance(value, str),
                        name, f"{key!r}={value!r}: keys and values must be non-empty strings")
@@ -127,7 +130,7 @@ class RunSpec:
             if not isinstance(kwargs["nemeses"], list):
                 raise SpecError(f"nemeses: {kwargs['nemeses']!r} must be a list of names")
             kwargs["nemeses"] = tuple(kwargs["nemeses"])
-        for name in ("workload_options", "client_config", "client_config_overrides", "cluster_config"):
+        for name in ("workload_options", "client_config", "client_config_overrides", "cluster_config", "nemesis_options"):
             if name in kwargs and not isinstance(kwargs[name], Mapping):
                 raise SpecError(f"{name}: {kwargs[name]!r} must be an object")
         return cls(**kwargs)

@@ -32,6 +32,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--nemesis", default="", help=f"comma list of faults: {', '.join(NEMESIS_NAMES)} (default none)")
     p.add_argument("--nemesis-interval", type=float, default=10.0, metavar="S",
                    help="mean seconds between fault ops of each kind (default 10)")
+    p.add_argument("--nemesis-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="fault option, e.g. partition_targets=primaries (comma lists of targets; repeatable)")
     p.add_argument("--time-limit", type=float, default=60.0, metavar="S", help="main phase length (default 60)")
     p.add_argument("--final-time-limit", type=float, default=60.0, metavar="S",
                    help="longest the final read-to-the-end phase may take (default 60)")
@@ -137,6 +139,8 @@ def build_spec(args: argparse.Namespace, seed: int) -> RunSpec:
             except TopicSettingError as exc:
                 raise BadArgument(str(exc)) from None
         workload_options: dict[str, Any] = parse_key_values(args.workload_option, "--workload-option")
+        nemesis_options = parse_key_values(args.nemesis_option, "--nemesis-option")
+        _check_nemesis_options(nemesis_options)
         module = load_workload(args.workload)
         brokers = args.brokers
         try:
@@ -147,7 +151,8 @@ def build_spec(args: argparse.Namespace, seed: int) -> RunSpec:
         name = args.name or f"{args.workload}-{'-'.join(nemeses) or 'no-faults'}"
         fields = dict(name=name, workload=args.workload, seed=seed, time_limit_s=args.time_limit,
                       concurrency=args.concurrency, rate_hz=args.rate, brokers=brokers, nemeses=tuple(nemeses),
-                      nemesis_interval_s=args.nemesis_interval, workload_options=workload_options,
+                      nemesis_interval_s=args.nemesis_interval, nemesis_options=nemesis_options,
+                      workload_options=workload_options,
                       bootstrap_servers=args.bootstrap_servers, client_config=client_config,
                       client_config_overrides=client_overrides, cluster_config=cluster_config,
                       quiet_period_s=args.quiet_period, final_time_limit_s=args.final_time_limit)
@@ -155,6 +160,15 @@ def build_spec(args: argparse.Namespace, seed: int) -> RunSpec:
         return RunSpec(**fields, command=reproduce_command(args, seed, name))
     except SpecError as exc:
         raise BadArgument(_as_flag(str(exc))) from None
+
+
+def _check_nemesis_options(options: dict[str, str]) -> None:
+    from nemeses.base import NemesisError, checked_options
+
+    try:
+        checked_options(options)
+    except NemesisError as exc:
+        raise BadArgument(f"--nemesis-option: {exc}") from None
 
 
 def _as_flag(message: str) -> str:
@@ -179,6 +193,8 @@ def test_argv(args: argparse.Namespace, seed: int, name: str | None, test_count:
     if args.nemesis.strip():
         parts += ["--nemesis", ",".join(n.strip() for n in args.nemesis.split(",") if n.strip()),
                   "--nemesis-interval", f"{args.nemesis_interval:g}"]
+    for item in args.nemesis_option:
+        parts += ["--nemesis-option", item]
     parts += ["--time-limit", f"{args.time_limit:g}", "--final-time-limit", f"{args.final_time_limit:g}",
               "--quiet-period", f"{args.quiet_period:g}", "--concurrency", str(args.concurrency),
               "--rate", f"{args.rate:g}"]

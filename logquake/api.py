@@ -61,6 +61,7 @@ class TestSpec:
     workload: str = _DEFAULTS.workload
     nemesis: Sequence[str] = ()
     nemesis_interval_s: float = _DEFAULTS.nemesis_interval
+    nemesis_options: Mapping[str, str] = field(default_factory=dict)  # --nemesis-option, e.g. partition_targets
     time_limit_s: float = _DEFAULTS.time_limit
     final_time_limit_s: float = _DEFAULTS.final_time_limit
     quiet_period_s: float = _DEFAULTS.quiet_period
@@ -87,7 +88,7 @@ class TestSpec:
         if self.seed is not None:
             out += ["--seed", str(self.seed)]
         for flag, items in (("--client-config", self.client_config), ("--cluster-config", self.cluster_config),
-                            ("--workload-option", self.workload_options)):
+                            ("--workload-option", self.workload_options), ("--nemesis-option", self.nemesis_options)):
             for key, value in items.items():
                 out += [flag, f"{key}={value}"]
         if self.bootstrap_servers is not None:

@@ -28,7 +28,7 @@ Wiring, for a run on the bundled cluster:
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
@@ -92,14 +92,48 @@ class NemesisOptions:
 
     @classmethod
     def from_object(cls, source: object) -> "NemesisOptions":
-        """Options from any object with some same-named attributes (e.g. a RunSpec);
+        """Options from any object with some same-named attributes, or with a
+        `nemesis_options` mapping of strings as `--nemesis-option` gives them (a RunSpec);
         the rest keep their defaults."""
         if isinstance(source, NemesisOptions):
             return source
         if source is None:
             return cls()
         given = {f.name: getattr(source, f.name) for f in fields(cls) if getattr(source, f.name, None) is not None}
+        given.update(parse_option_strings(getattr(source, "nemesis_options", None) or {}))
         return cls(**given)
+
+
+# The options a run may set from the command line (`--nemesis-option key=value`), as
+# strings: the target lists are comma lists. quiet_probability is left out because the
+# combined schedule of a run takes the default (harness.run.combine).
+LIST_OPTIONS: tuple[str, ...] = ("db_targets", "partition_targets", "clock_kinds")
+INT_OPTIONS: tuple[str, ...] = ("strobe_min_period_exponent",)
+SETTABLE_OPTIONS: tuple[str, ...] = LIST_OPTIONS + INT_OPTIONS
+
+
+def parse_option_strings(raw: Mapping[str, str]) -> dict[str, Any]:
+    """`{"partition_targets": "primaries,one"}` -> `{"partition_targets": ("primaries", "one")}`.
+    Raises NemesisError naming an unknown option or a value that is not a number; the
+    choices themselves are checked when NemesisOptions is built (`checked_options`)."""
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key in LIST_OPTIONS:
+            out[key] = tuple(part.strip() for part in str(value).split(",") if part.strip())
+        elif key in INT_OPTIONS:
+            try:
+                out[key] = int(str(value))
+            except ValueError:
+                raise NemesisError(f"{key} {value!r} is not an integer") from None
+        else:
+            raise NemesisError(f"unknown nemesis option {key!r}; known: {', '.join(SETTABLE_OPTIONS)}")
+    return out
+
+
+def checked_options(raw: Mapping[str, str]) -> NemesisOptions:
+    """The NemesisOptions that `--nemesis-option` strings give; raises NemesisError naming
+    the bad key or value."""
+    return NemesisOptions(**parse_option_strings(raw))
 
 
 def _check_choices(name: str, chosen: Sequence[str], known: Sequence[str]) -> None:

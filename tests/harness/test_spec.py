@@ -15,11 +15,11 @@ def spec(**changes):
 
 
 def test_round_trips_through_spec_json(tmp_path):
-    original = spec(workload_options={"sub_via": "subscribe"})
+    original = spec(workload_options={"sub_via": "subscribe"}, nemesis_options={"partition_targets": "primaries"})
     path = tmp_path / "spec.json"
     original.save(path)
     raw = json.loads(path.read_text())
-    for field in ("name", "workload", "workload_options", "nemeses", "nemesis_interval_s", "seed", "time_limit_s",
+    for field in ("name", "workload", "workload_options", "nemeses", "nemesis_interval_s", "nemesis_options", "seed", "time_limit_s",
                   "concurrency", "rate_hz", "brokers", "bootstrap_servers", "client_config", "cluster_config",
                   "command"):
         assert field in raw, field

@@ -1,5 +1,6 @@
 """`logquake test` argument handling: every bad input exits 254 with a one-line reason."""
 
+import itertools
 import socket
 import subprocess
 import sys
@@ -39,6 +40,12 @@ def closed_port():
     (["--workload", "delivery", "--concurrency", "1"], "leave at least one consumer"),
     (["--bootstrap-servers", "127.0.0.1:9092", "--nemesis", "kill"], "needs control of the broker processes"),
     (["--bootstrap-servers", "no-port-here"], "is not host:port"),
+    (["--nemesis", "partition", "--nemesis-option", "partition_targets=primaries,leader"],
+     "--nemesis-option: unknown partition_targets value 'leader'; known: one,"),
+    (["--nemesis", "partition", "--nemesis-option", "partition_targets=,"], "--nemesis-option: partition_targets is empty"),
+    (["--nemesis", "kill", "--nemesis-option", "kill_targets=one"], "--nemesis-option: unknown nemesis option 'kill_targets'"),
+    (["--nemesis", "clock", "--nemesis-option", "strobe_min_period_exponent=two"], "strobe_min_period_exponent 'two' is not an integer"),
+    (["--nemesis", "partition", "--nemesis-option", "partition_targets"], "--nemesis-option: 'partition_targets' is not key=value"),
 ])
 def test_bad_input_exits_254_with_a_one_line_reason(capsys, tmp_path, argv, reason):
     code, out, err = run_cli(capsys, *argv, "--results-dir", str(tmp_path))
@@ -77,6 +84,37 @@ def test_reproduce_command_names_every_choice_and_parses_back(capsys):
 
     again = parser.parse_args(shlex.split(spec.command)[1:])
     assert testcmd.build_spec(again, again.seed) == spec
+
+
+def test_nemesis_options_reach_the_fault_packages_and_the_reproduce_command():
+    import json
+    import random
+    import shlex
+
+    from harness.cli import ArgumentParser
+    from harness.spec import RunSpec
+    from nemeses.base import NemesisOptions
+    from nemeses.partition import partition_schedule
+
+    parser = ArgumentParser(prog="logquake")
+    testcmd.register(parser.add_subparsers(dest="command", required=True, parser_class=ArgumentParser))
+    args = parser.parse_args(["test", "--nemesis", "partition,kill", "--nemesis-option", "partition_targets=primaries",
+                              "--nemesis-option", "db_targets=one, all", "--seed", "7"])
+    spec = testcmd.build_spec(args, 7)
+    assert spec.nemesis_options == {"partition_targets": "primaries", "db_targets": "one, all"}
+    # spec.json keeps them verbatim, and the command repeats them.
+    assert RunSpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec
+    again = parser.parse_args(shlex.split(spec.command)[1:])
+    assert testcmd.build_spec(again, again.seed) == spec
+    # What the packages are built from (harness.run.build_packages passes the spec).
+    options = NemesisOptions.from_object(spec)
+    assert options.partition_targets == ("primaries",) and options.db_targets == ("one", "all")
+    assert options.clock_kinds == NemesisOptions().clock_kinds
+    starts = [op["value"] for op in itertools.islice(partition_schedule([0, 1, 2], options, random.Random(7)), 0, 20, 2)]
+    assert starts == [{"topology": "primaries"}] * 10
+    # Without the option every topology stays in the mix.
+    plain = testcmd.build_spec(parser.parse_args(["test", "--nemesis", "partition"]), 7)
+    assert plain.nemesis_options == {} and NemesisOptions.from_object(plain) == NemesisOptions()
 
 
 def test_module_entry_point_reports_bad_input_in_a_subprocess(tmp_path):

@@ -36,11 +36,13 @@ def test_test_spec_fields_become_the_same_run_spec_as_the_options(tmp_path: Path
     spec = logquake.TestSpec(workload="delivery", nemesis=("kill", "pause"), nemesis_interval_s=3, time_limit_s=7.5,
                              final_time_limit_s=9, quiet_period_s=2, concurrency=4, rate_hz=50, brokers=5, seed=3,
                              client_config={"acks": "1"}, cluster_config={"min.insync.replicas": "2"},
-                             workload_options={"commit_mode": "after"}, name="mine")
+                             workload_options={"commit_mode": "after"}, nemesis_options={"db_targets": "one,primaries"},
+                             name="mine")
     argv = ["test", "--workload", "delivery", "--nemesis", "kill,pause", "--nemesis-interval", "3", "--time-limit",
             "7.5", "--final-time-limit", "9", "--quiet-period", "2", "--concurrency", "4", "--rate", "50",
             "--brokers", "5", "--seed", "3", "--client-config", "acks=1", "--cluster-config", "min.insync.replicas=2",
-            "--workload-option", "commit_mode=after", "--name", "mine", "--results-dir", str(tmp_path)]
+            "--workload-option", "commit_mode=after", "--nemesis-option", "db_targets=one,primaries", "--name", "mine",
+            "--results-dir", str(tmp_path)]
     from_cli = build_spec(build_parser().parse_args(argv), seed=3)
     prepared = prepare(spec, tmp_path)
     assert prepared.run_spec == from_cli

@@ -93,7 +93,7 @@ class ClaimInputs:
             acks = "all"
         if acks not in ("all", "0", "1"):
             raise ClaimInputError(f"acks: {acks!r} must be all, -1, 0 or 1")
-        txn = bool(options.get("txn", False)) or workload == "transactional" or "transactional.id" in client
+        txn = _truthy(str(options.get("txn", False)), False) or workload == "transactional" or "transactional.id" in client
         mode_raw = options.get("commit_mode")
         commit_mode = None
         if mode_raw is not None:
@@ -117,7 +117,7 @@ class ClaimInputs:
         replication_factor = int_setting(options, "replication_factor", min(3, brokers))
         if replication_factor < 1:
             raise ClaimInputError(f"replication_factor: {replication_factor} must be at least 1")
-        bug_switches = tuple(name for name in BUG_SWITCHES if _truthy(cluster.get(name), False))
+        bug_switches = bug_switches_on(cluster)
         min_isr = int_setting(cluster, "min.insync.replicas", 1)
         unclean = _truthy(cluster.get("unclean.leader.election.enable"), False)
         lose_unflushed = _truthy(cluster.get("log.crash.lose.unflushed"), False)
@@ -176,8 +176,9 @@ def _reported_by_cluster(settings: Mapping[str, Any] | None, *, requested_rf: in
     unknown: dict[str, set[str]] = {"min.insync.replicas": set(), "unclean.leader.election.enable": set(),
                                     "replication factor": set()}
     topics_seen: set[str] = set()
-    broker_true: set[str] = set()
+    broker_values: dict[str, str] = {}  # bug switch → a value some broker reported
     whens: list[str] = []
+    lose_unflushed = False
     for reading in readings:
         if not isinstance(reading, Mapping):
             continue
@@ -201,8 +202,11 @@ def _reported_by_cluster(settings: Mapping[str, Any] | None, *, requested_rf: in
                 unknown["replication factor"].add(name)
         for broker in (reading.get("brokers") or {}).values():
             for key, value in ((broker.get("configs") or {}) if isinstance(broker, Mapping) else {}).items():
-                if _truthy(value, False):
-                    broker_true.add(key)
+                if key == "log.crash.lose.unflushed" and _truthy(value, False):
+                    lose_unflushed = True
+                # One broker with a bug switch on is enough: keep that reading.
+                if key in BUG_SWITCHES and (key not in broker_values or bug_switches_on({key: value})):
+                    broker_values[key] = str(value)
     assumed_min_isr = max(typed_min_isr, UNCONFIRMED_MIN_ISR)
     nothing = not topics_seen
     min_isr = min(min_isrs + ([assumed_min_isr] if unknown["min.insync.replicas"] or nothing else []))
@@ -228,8 +232,7 @@ def _reported_by_cluster(settings: Mapping[str, Any] | None, *, requested_rf: in
         if unclean_topics:
             source += f"; unclean election on for {', '.join(sorted(unclean_topics)[:3])}"
     return _Reported(min_isr=min_isr, unclean=unclean, replication_factor=replication_factor,
-                     lose_unflushed="log.crash.lose.unflushed" in broker_true,
-                     bug_switches=tuple(name for name in BUG_SWITCHES if name in broker_true), source=source)
+                     lose_unflushed=lose_unflushed, bug_switches=bug_switches_on(broker_values), source=source)
 
 
 # Claim names.
@@ -249,7 +252,22 @@ COMMITS_MONOTONIC = "committed-offsets-monotonic"
 LEADERSHIP_FAULTS = frozenset({"kill", "pause", "partition", "clock", "brokers-down", "lone-leader-crash"})
 # Fault kinds that SIGKILL a broker (the scripted sequences kill leaders).
 KILL_FAULTS = frozenset({"kill", "brokers-down", "lone-leader-crash"})
-BUG_SWITCHES = ("replica.truncate.to.high.watermark", "fetch.read.past.high.watermark")
+# Unsafe switches that reproduce a Kafka bug, with the value that turns the bug on: named in
+# the claims' reasons, never an allowance. Partition verification is Kafka's own setting
+# (KIP-890), safe when true; the others are the bundled cluster's, safe when false.
+BUG_SWITCHES: dict[str, bool] = {
+    "replica.truncate.to.high.watermark": True,
+    "fetch.read.past.high.watermark": True,
+    "transaction.partition.verification.enable": False,
+    "transaction.lso.ignore.open.transactions": True,
+    "transaction.offset.commit.skip.generation.check": True,
+}
+
+
+def bug_switches_on(settings: Mapping[str, Any]) -> tuple[str, ...]:
+    """The bug switches `settings` (property → value) turn on; absent ones are off."""
+    return tuple(name for name, unsafe in BUG_SWITCHES.items()
+                 if settings.get(name) is not None and _truthy(str(settings[name]), not unsafe) == unsafe)
 
 
 def with_faults(inputs: ClaimInputs, faults: frozenset[str]) -> ClaimInputs:
@@ -297,6 +315,9 @@ def claims_for(inputs: ClaimInputs) -> list[Claim]:
                       + (f"; {', '.join(inputs.bug_switches)} on: reproduces a Kafka bug, excuses nothing"
                          if inputs.bug_switches else "")
                       + (f"; {inputs.settings_source}" if inputs.settings_source else ""))
+    # Said on the transaction claims too: the transaction bug switches break those.
+    bug_note = (f"; {', '.join(inputs.bug_switches)} on: reproduces a Kafka bug, excuses nothing"
+                if inputs.bug_switches else "")
     read_committed = inputs.isolation_level == "read_committed"
     delivery = inputs.workload == "delivery"
     manual = not inputs.enable_auto_commit
@@ -315,13 +336,14 @@ def claims_for(inputs: ClaimInputs) -> list[Claim]:
               durable),
         Claim(NO_DUPLICATES, "a value sent once appears at one offset only",
               f"enable.idempotence={str(inputs.idempotence).lower()}"
-              + ("" if inputs.idempotence else " (retries may duplicate without idempotence)"), inputs.idempotence),
+              + ("" if inputs.idempotence else " (retries may duplicate without idempotence)") + bug_note,
+              inputs.idempotence),
         Claim(NO_ABORTED_READS, "no poll returns a record whose send failed or whose transaction aborted",
-              f"isolation.level={inputs.isolation_level}", read_committed or not inputs.transactional),
+              f"isolation.level={inputs.isolation_level}" + bug_note, read_committed or not inputs.transactional),
         Claim(TXN_ISOLATION, "a transaction's records are invisible until it commits, and reads and writes do "
               "not form dependency cycles (write-write cycles excepted)",
-              "transactional producers with read_committed consumers" if inputs.transactional
-              else "no transactions: each op stands alone", read_committed),
+              ("transactional producers with read_committed consumers" if inputs.transactional
+               else "no transactions: each op stands alone") + bug_note, read_committed),
     ]
     if delivery:
         mode = inputs.commit_mode

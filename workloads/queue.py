@@ -17,6 +17,15 @@ Options (workload_options): key_count 10, max_writes_per_key 256, partitions_per
 replication_factor min(3, brokers), sub_via "assign" (comma list of assign, subscribe),
 sub_p 1/64, poll_unseen true, crash_clients false, crash_p 0.01, poll_ms 100,
 max_poll_records 500, topic_prefix "t".
+
+Transactions (Jepsen's `:txn?`): with `txn=true` every send/poll/txn op runs in one Kafka
+transaction of its process's transactional producer (workloads/clients/txn.py). An op is
+`max_txn_length` micro-ops (default 4 with txn, else 1; the length is uniform in
+[1, max_txn_length]), each a send or a poll with equal probability, tagged as Jepsen's
+tag-rw does: all sends `send`, all polls `poll`, a mix `txn`. Before each micro-op an
+intentional abort is drawn with probability `abort_p` (default 0.1, Jepsen's CLI default);
+the draw is made here, not in the client, so it is part of the seeded invocation
+(`extra.abort_at`, the index of the micro-op the client aborts before).
 """
 
 from __future__ import annotations
@@ -47,7 +56,21 @@ DEFAULT_CLIENT_CONFIG: dict[str, str] = {
 }
 
 
+# With txn=true: Jepsen's transaction.timeout.ms (1 s), so a transaction a crashed or
+# partitioned client leaves open stops holding back read_committed consumers (the last stable
+# offset) soon. librdkafka refuses a producer whose message.timeout.ms exceeds
+# transaction.timeout.ms (Jepsen's Java client keeps its 10 s delivery timeout), so sends time
+# out with the transaction, which then aborts: a definite fail.
+TXN_CLIENT_CONFIG: dict[str, str] = {
+    "transaction.timeout.ms": "1000",
+    "message.timeout.ms": "1000",
+    "socket.timeout.ms": "1100",
+}
+
+
 def default_client_config(options: dict[str, Any]) -> dict[str, str]:
+    if option(dict(options), "txn", False, bool):
+        return {**DEFAULT_CLIENT_CONFIG, **TXN_CLIENT_CONFIG}
     return dict(DEFAULT_CLIENT_CONFIG)
 
 
@@ -70,8 +93,15 @@ class QueueOptions:
         self.topic_prefix = option(raw, "topic_prefix", "t", str,
                                    check=lambda v: bool(v) and all(c.isalnum() or c in "._-" for c in v) and not v[-1].isdigit(),
                                    expect="must be letters, digits, . _ - and not end in a digit")
+        self.txn = option(raw, "txn", False, bool)
+        self.max_txn_length = option(raw, "max_txn_length", 4 if self.txn else 1, int,
+                                     check=lambda v: v >= 1 and (self.txn or v == 1),
+                                     expect="must be ≥ 1, and 1 without txn=true (ops of several micro-ops run "
+                                            "only as transactions here)")
+        self.abort_p = option(raw, "abort_p", 0.1, float, check=lambda v: 0 <= v <= 1, expect="must be in [0, 1]")
         known = {"key_count", "max_writes_per_key", "partitions_per_topic", "replication_factor", "sub_via", "sub_p",
-                 "poll_unseen", "crash_clients", "crash_p", "poll_ms", "max_poll_records", "topic_prefix"}
+                 "poll_unseen", "crash_clients", "crash_p", "poll_ms", "max_poll_records", "topic_prefix",
+                 "txn", "max_txn_length", "abort_p"}
         unknown = sorted(set(raw) - known)
         if unknown:
             raise ValueError(f"unknown queue workload option(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
@@ -79,6 +109,9 @@ class QueueOptions:
 
 def thread_ops(seed: int, thread: int, concurrency: int, opts: QueueOptions) -> Iterator[Invocation]:
     """The endless, seeded op stream of one client thread."""
+    if opts.txn:
+        yield from txn_thread_ops(seed, thread, concurrency, opts)
+        return
     rng = random.Random(derive_seed(seed, "queue", "thread", thread))
     pool = KeyPool(rng, key_count=opts.key_count, max_writes_per_key=opts.max_writes_per_key)
     writes: dict[int, int] = {}
@@ -100,6 +133,45 @@ def thread_ops(seed: int, thread: int, concurrency: int, opts: QueueOptions) -> 
         yield op
 
 
+def txn_thread_ops(seed: int, thread: int, concurrency: int, opts: QueueOptions) -> Iterator[Invocation]:
+    """The op stream of one client thread with transactions: Elle's write/read transactions
+    (a uniform length, each micro-op a send or a poll with equal probability, each on a key of
+    the pool) tagged send/poll/txn, with the intentional abort drawn per micro-op. A poll
+    names no key, but its key still counts among the op's keys, which an inserted
+    assign/subscribe covers (Jepsen's interleave-subscribes uses the op's keys the same way)."""
+    rng = random.Random(derive_seed(seed, "queue", "txn-thread", thread))
+    pool = KeyPool(rng, key_count=opts.key_count, max_writes_per_key=opts.max_writes_per_key)
+    writes: dict[int, int] = {}
+    yield Invocation(f=rng.choice(opts.sub_via), value=sorted(pool.active))
+    while True:
+        mops: list[list[Any]] = []
+        keys: set[int] = set()
+        for _ in range(rng.randint(1, opts.max_txn_length)):
+            key = pool.pick()
+            keys.add(key)
+            if rng.random() < 0.5:
+                count = writes.get(key, 0)
+                writes[key] = count + 1
+                mops.append(["send", key, unique_value(count, thread, concurrency)])
+                pool.wrote(key)
+            else:
+                mops.append(["poll"])
+        kinds = {m[0] for m in mops}
+        f = "txn" if len(kinds) > 1 else mops[0][0]
+        extra: dict[str, Any] = {}
+        if "poll" in kinds:
+            extra["poll_ms"] = opts.poll_ms
+        abort_at = next((i for i in range(len(mops)) if rng.random() < opts.abort_p), None)
+        if abort_at is not None:
+            extra["abort_at"] = abort_at
+        op = Invocation(f=f, value=mops, extra=extra)
+        if opts.crash_clients and rng.random() < opts.crash_p:
+            yield Invocation(f="crash")
+        if rng.random() < opts.sub_p:
+            yield Invocation(f=rng.choice(opts.sub_via), value=sorted(keys))
+        yield op
+
+
 class QueueObserver:
     """The highest acknowledged send and the highest ok poll per key, and every key written."""
 
@@ -109,15 +181,18 @@ class QueueObserver:
         self.keys: set[int] = set()
 
     def observe(self, event: Event) -> None:
-        if event.f == "send":
-            if event.type == "invoke":
-                self.keys.update(k for _, k, _ in event.value)
-            elif event.type == "ok":
-                for _, key, (offset, _) in event.value:
-                    if offset is not None and offset > self.sent.get(key, -1):
-                        self.sent[key] = offset
-        elif event.f == "poll" and event.type == "ok":
-            for mop in event.value:
+        # Micro-ops are told apart by their own tag: a txn op mixes sends and polls.
+        if event.f not in ("send", "poll", "txn") or event.type not in ("invoke", "ok"):
+            return
+        for mop in event.value:
+            if mop[0] == "send":
+                if event.type == "invoke":
+                    self.keys.add(mop[1])
+                else:
+                    offset = mop[2][0]
+                    if offset is not None and offset > self.sent.get(mop[1], -1):
+                        self.sent[mop[1]] = offset
+            elif mop[0] == "poll" and event.type == "ok":
                 for key, pairs in mop[1].items():
                     if pairs:
                         top = max(o for o, _ in pairs)
@@ -206,6 +281,8 @@ class FinalPolls(Generator):
             if event.type == "ok":
                 reached = dict(self.reached)
                 for mop in event.value:
+                    if mop[0] != "poll":
+                        continue
                     for key, pairs in mop[1].items():
                         for offset, _ in pairs:
                             if offset > reached.get(int(key), -1):
@@ -240,6 +317,14 @@ def build(spec: RunSpec, bootstrap_servers: str) -> Workload:
 
     def open_client(process: int) -> QueueClient:
         topics = creator()
+        if opts.txn:
+            from workloads.clients.txn import TxnQueueClient
+
+            # One transactional id per process (a retired process's successor gets a fresh
+            # one, as in Jepsen); the topic prefix keeps runs sharing a cluster apart.
+            return TxnQueueClient(transactional_id=f"logquake-txn-{opts.topic_prefix}-{process}",
+                                  bootstrap_servers=bootstrap_servers, client_config=client_config, keys=keys,
+                                  topics=topics, max_poll_records=opts.max_poll_records, default_poll_ms=opts.poll_ms)
         return QueueClient(bootstrap_servers=bootstrap_servers, client_config=client_config, keys=keys,
                            topics=topics, max_poll_records=opts.max_poll_records, default_poll_ms=opts.poll_ms)
 

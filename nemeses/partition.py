@@ -81,9 +81,11 @@ class PartitionPackage:
         extra: dict = {}
         if value["topology"] in LIVE_SPECS:
             try:
-                leaders, extra = live_primaries(self.control, self.options.primary_topics)
+                _, extra = live_primaries(self.control, self.options.primary_topics)
             except ControlError as error:
                 return {"topology": value["topology"], "error": str(error), "blocked": []}
+            # One entry per tested partition: 'primary' counts them.
+            leaders = list(extra["leaders"].values())
             topology = partition_topology(value["topology"], self.control.broker_ids, random.Random(0), primaries=leaders)
             cut = self.apply(topology)
             return {**topology.as_value(), **extra, **({"cut-from-controller": cut} if cut else {})}

@@ -19,7 +19,13 @@ dst drops what src sends. `one_way` pairs drop only data segments (see nemeses.n
     bridge          two halves that cannot talk, plus one broker that talks to both
     one-way         one random broker's messages to every other broker are lost, while
                     theirs still reach it
-    primaries       every leader in a component of its own (live state, see above)
+    primaries       every leader in a component of its own (live state, see above). When the
+                    tested partitions' leaders are spread over every broker (the queue
+                    workload's do) that is every broker alone: no majority is left, so no
+                    new leader is elected until the heal
+    primary         the broker leading the most tested partitions (ties: the lowest id)
+                    isolated from the rest, and so from the controller (live state): the
+                    majority elects new leaders while it still serves its clients
 """
 
 from __future__ import annotations
@@ -29,8 +35,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 NODE_SPECS: tuple[str, ...] = ("one", "minority", "minority-third", "majority", "all", "primaries")
-PARTITION_TOPOLOGIES: tuple[str, ...] = ("one", "majority", "minority-third", "majorities-ring", "bridge", "one-way", "primaries")
-LIVE_SPECS = frozenset({"primaries"})
+PARTITION_TOPOLOGIES: tuple[str, ...] = ("one", "majority", "minority-third", "majorities-ring", "bridge", "one-way", "primaries",
+                                         "primary")
+LIVE_SPECS = frozenset({"primaries", "primary"})
 
 Pair = tuple[int, int]
 
@@ -116,7 +123,8 @@ def majorities_ring(ring: Sequence[int]) -> set[Pair]:
 
 def partition_topology(name: str, nodes: Sequence[int], rng: random.Random,
                        primaries: Iterable[int] | None = None) -> Topology:
-    """The topology `name` over `nodes`. `primaries` is needed (only) for 'primaries'."""
+    """The topology `name` over `nodes`. `primaries` is needed (only) for the live topologies:
+    the leader of each tested partition, one entry per partition."""
     if name not in PARTITION_TOPOLOGIES:
         raise ValueError(f"unknown partition topology {name!r}; known: {', '.join(PARTITION_TOPOLOGIES)}")
     ordered = sorted(nodes)
@@ -142,9 +150,17 @@ def partition_topology(name: str, nodes: Sequence[int], rng: random.Random,
         src = shuffled[0]
         return Topology(name, blocked_data=frozenset((src, dst) for dst in ordered if dst != src),
                         extra={"from": src})
-    # primaries
     if primaries is None:
-        raise ValueError("the 'primaries' topology needs the current leaders")
-    leaders = sorted(set(primaries) & set(ordered))
+        raise ValueError(f"the {name!r} topology needs the current leaders")
+    led = [leader for leader in primaries if leader in ordered]
+    if name == "primary":
+        if not led:
+            return Topology(name, extra={"note": "no broker leads a tested partition: nothing to partition"})
+        busiest = min(set(led), key=lambda broker: (-led.count(broker), broker))
+        return Topology(name, blocked=frozenset(complete_grudge([[busiest], [n for n in ordered if n != busiest]])),
+                        components=((busiest,), tuple(n for n in ordered if n != busiest)),
+                        extra={"isolated": busiest, "leads": led.count(busiest)})
+    # primaries
+    leaders = sorted(set(led))
     rest = [node for node in ordered if node not in leaders]
     return components_topology(name, [[leader] for leader in leaders] + [rest])

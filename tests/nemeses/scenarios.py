@@ -313,6 +313,55 @@ def scenario_partitioned_leader() -> dict:
         return {"inside": inside_private_namespace(), "before": before, "after": after, "started": started, "isr_after_heal": isr}
 
 
+def scenario_busiest_leader_isolated() -> dict:
+    """Three real brokers, a topic of five partitions: the 'primary' topology isolates the
+    broker leading the most of them; the other two (with the controller) take over its
+    partitions and keep theirs; after heal every ISR is whole again."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from cluster.launcher import LocalCluster
+
+    config = {"broker.session.timeout.ms": "2000", "broker.heartbeat.interval.ms": "300", "replica.lag.time.max.ms": "4000",
+              "offsets.topic.num.partitions": "3", "default.replication.factor": "3"}
+    with tempfile.TemporaryDirectory(prefix="logquake-primary-ns-") as base, \
+            LocalCluster(3, base_dir=os.path.join(base, "cluster"), config=config) as cluster:
+        control = ClusterControl(cluster)
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+        for future in admin.create_topics([NewTopic("t", 5, 3)]).values():
+            future.result(timeout=30)
+
+        def leaders(via: list[int] | None = None) -> dict[int, int]:
+            try:
+                return {tp.partition: leader for tp, leader in control.leaders(["t"], via=via).items()}
+            except Exception:  # noqa: BLE001 - no broker answered yet, or mid-failover
+                return {}
+
+        deadline = time.monotonic() + 30
+        before = leaders()
+        while len(before) < 5 and time.monotonic() < deadline:
+            time.sleep(0.1)
+            before = leaders()
+        package = PartitionPackage(control, NemesisOptions(partition_targets=("primary",), primary_topics=("t",)))
+        started = package.invoke("start-partition", {"topology": "primary"})
+        isolated = started.get("isolated", -1)
+        majority = [b for b in control.broker_ids if b != isolated]
+        after = before
+        deadline = time.monotonic() + 30
+        while (len(after) < 5 or isolated in after.values()) and time.monotonic() < deadline:
+            after = leaders(via=majority)  # the isolated broker's own view is stale
+            time.sleep(0.1)
+        package.invoke("stop-partition", None)
+        isrs: list[list[int]] = []
+        deadline = time.monotonic() + 30
+        while not (len(isrs) == 5 and all(len(isr) == 3 for isr in isrs)) and time.monotonic() < deadline:
+            try:
+                isrs = [sorted(p.isrs) for p in admin.list_topics("t", timeout=2).topics["t"].partitions.values()]
+            except Exception:  # noqa: BLE001
+                pass
+            time.sleep(0.1)
+        return {"inside": inside_private_namespace(), "before": before, "after": after, "started": started, "isrs_after_heal": isrs}
+
+
 def scenario_restart_inside_partition() -> dict:
     """The leader is cut off from the others and the controller, killed and restarted while
     still cut off: the restart returns once the broker listens (it cannot register yet);
@@ -351,6 +400,7 @@ def scenario_restart_inside_partition() -> dict:
 SCENARIOS = {
     "restart_inside_partition": scenario_restart_inside_partition,
     "partitioned_leader": scenario_partitioned_leader,
+    "busiest_leader_isolated": scenario_busiest_leader_isolated,
     "broker": scenario_broker,
     "combined": scenario_combined,
     "partitions": scenario_partitions,

@@ -226,6 +226,21 @@ def test_a_partitioned_leader_loses_leadership_and_rejoins_after_heal():
     assert observed["isr_after_heal"] == [0, 1, 2], f"the old leader did not rejoin the ISR after heal: {observed}"
 
 
+def test_the_primary_topology_isolates_the_busiest_leader_and_the_majority_takes_over():
+    observed = run_scenario("busiest_leader_isolated")
+    assert observed["inside"] is True
+    before = {int(p): leader for p, leader in observed["before"].items()}
+    counts = {b: list(before.values()).count(b) for b in set(before.values())}
+    busiest = min(counts, key=lambda b: (-counts[b], b))
+    assert len(before) == 5 and observed["started"]["isolated"] == busiest, observed
+    assert observed["started"]["cut-from-controller"] == [busiest], observed
+    after = {int(p): leader for p, leader in observed["after"].items()}
+    assert len(after) == 5 and busiest not in after.values(), f"the isolated broker kept a leadership: {observed}"
+    # Only the isolated broker's partitions moved: the majority keeps its own.
+    assert all(after[p] == leader for p, leader in before.items() if leader != busiest), observed
+    assert observed["isrs_after_heal"] == [[0, 1, 2]] * 5, f"an ISR did not heal: {observed}"
+
+
 def test_a_broker_restarted_inside_a_partition_comes_back_without_waiting_for_the_heal():
     # The kill nemesis restarts a broker while the partition nemesis still cuts it off from
     # the controller: the restart must not wait for a registration only the heal allows.

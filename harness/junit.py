@@ -73,19 +73,24 @@ class JUnitSuite:
 
 @dataclass(frozen=True)
 class Expectation:
-    """What a suite entry expects of its run: `invalid` with only these anomalies forbidden
-    (an empty tuple: any), or `valid` (then `anomalies` are the allowed ones it may list)."""
+    """What a suite entry expects of its run. `valid`: a valid verdict (`anomalies` then names
+    the allowed ones it may list, for the reader). `invalid`: flagged for at least one of
+    `anomalies` (any anomaly when empty), and for nothing outside `anomalies` and
+    `also_allowed` (e.g. the order anomalies that follow a loss)."""
 
     verdict: Literal["valid", "invalid"] = "valid"
     anomalies: tuple[str, ...] = ()
+    also_allowed: tuple[str, ...] = ()
 
     def met_by(self, verdict: str, bad_anomalies: Sequence[str]) -> bool:
         if self.verdict == "valid":
             return verdict == "valid"
-        return verdict == "invalid" and self.covers(bad_anomalies)
+        return (verdict == "invalid" and self.covers(bad_anomalies)
+                and (not self.anomalies or bool(set(bad_anomalies) & set(self.anomalies))))
 
     def covers(self, bad_anomalies: Sequence[str]) -> bool:
-        return not self.anomalies or set(bad_anomalies) <= set(self.anomalies)
+        """Every one of these forbidden anomalies is one the entry expects or allows."""
+        return not self.anomalies or set(bad_anomalies) <= set(self.anomalies) | set(self.also_allowed)
 
 
 @dataclass(frozen=True)
@@ -155,8 +160,11 @@ def suite_for_run(run: RunRecord) -> JUnitSuite:
                   ("report", "" if run.report_path is None else str(run.report_path)),
                   ("reproduce_command", run.reproduce_command or ""), *run.extra_properties]
     if run.expectation is not None:
-        properties.append(("expect", run.expectation.verdict
-                           + (f" ({', '.join(run.expectation.anomalies)})" if run.expectation.anomalies else "")))
+        expectation = run.expectation
+        properties.append(("expect", expectation.verdict
+                           + (f" ({', '.join(expectation.anomalies)})" if expectation.anomalies else "")
+                           + (f"; also allowed: {', '.join(expectation.also_allowed)}" if expectation.also_allowed
+                              else "")))
     return JUnitSuite(name=run.name, started_at=run.started_at, time_s=run.elapsed_s, properties=properties,
                       cases=cases)
 
@@ -219,9 +227,11 @@ def _expectation_case(run: RunRecord, result: CheckResult, classname: str, foote
                          f"{_counts(bad)}")
     if verdict == "valid":
         message = f"expected invalid ({wanted}), but the run was valid: the fault mix did not expose it this time"
-    elif verdict == "invalid":
-        extra = sorted({a.name for a in bad} - set(run.expectation.anomalies))
+    elif verdict == "invalid" and not run.expectation.covers([a.name for a in bad]):
+        extra = sorted({a.name for a in bad} - set(run.expectation.anomalies) - set(run.expectation.also_allowed))
         message = f"expected invalid ({wanted}), but the run also flagged {', '.join(extra)}"
+    elif verdict == "invalid":
+        message = f"expected invalid ({wanted}), but the run flagged only {_counts(bad)}"
     else:
         message = f"expected invalid ({wanted}), but the verdict was {verdict}"
     return JUnitCase("expectation", classname, "error" if verdict == "unknown" else "failure", message,

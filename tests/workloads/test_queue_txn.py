@@ -10,7 +10,7 @@ from confluent_kafka import Consumer
 from harness.generator import Invocation
 from workloads import queue
 from workloads.clients.confluent import KeyMap, TopicCreator, consumer_config
-from workloads.clients.txn import TxnQueueClient
+from workloads.clients.txn import TxnCallHung, TxnQueueClient, bounded
 
 _prefixes = itertools.count()
 
@@ -83,6 +83,23 @@ def test_txn_client_defaults_follow_jepsen_within_librdkafkas_rules():
     assert int(config["message.timeout.ms"]) <= 1000 and int(config["socket.timeout.ms"]) <= 1100
     assert config["isolation.level"] == "read_committed"
     assert "transaction.timeout.ms" not in queue.default_client_config({})
+
+
+def test_bounded_returns_raises_or_gives_up_on_a_call_that_does_not_return(monkeypatch):
+    import threading
+
+    from workloads.clients import txn
+
+    assert bounded(lambda: 42, 1.0, "answer") == 42
+    with pytest.raises(KeyError):
+        bounded(lambda: {}["missing"], 1.0, "lookup")
+    monkeypatch.setattr(txn, "HANG_GRACE_S", 0.1)
+    release = threading.Event()
+    try:
+        with pytest.raises(TxnCallHung, match="stuck"):
+            bounded(lambda: release.wait(30), 0.1, "stuck")
+    finally:
+        release.set()
 
 
 # -- the client (real broker)

@@ -23,6 +23,10 @@ anything else, a fatal error included, is `info`. A fatal error (`fatal()`: fenc
 librdkafka's state machine broken) or an abort that did not succeed ends the process: its
 producer can run no further transaction.
 
+librdkafka's transactional calls can block past their own timeout (see `bounded`): a call
+that does not return is abandoned with its producer, the op is completed as above (fail
+before the commit, info from the commit on) and the process ends.
+
 Consumer rollback (Jepsen's with-consumer-rollback): an op that is not ok seeks every key
 it polled back to the first offset it polled there, so the next op reads those records
 again, and a poll-skip between ops of a process stays an anomaly.
@@ -31,6 +35,7 @@ again, and a poll-skip between ops of a process stays an anomaly.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any
 
@@ -45,6 +50,36 @@ log = logging.getLogger("logquake.client.txn")
 INIT_TIMEOUT_S = 10.0  # init_transactions: find the coordinator, bump the epoch, abort what the id left open
 CALL_TIMEOUT_S = 10.0  # each begin/send_offsets/commit/abort call, as Jepsen's 10 s client timeouts
 COMMIT_DEADLINE_S = 20.0  # retriable commit errors are retried this long before the op is info
+# librdkafka's transactional calls can block past their own timeout (send_offsets_to_transaction
+# with the group coordinator down: librdkafka issue #5456, open in 2.14; begin_transaction after a
+# fatal error: #4420). Each runs on a helper thread; one still running this long after its timeout
+# is abandoned with its producer, and the process ends.
+HANG_GRACE_S = 5.0
+
+
+class TxnCallHung(RuntimeError):
+    """A librdkafka transactional call that did not return within its timeout plus HANG_GRACE_S."""
+
+
+def bounded(call: Any, timeout_s: float, what: str) -> Any:
+    """call() on a helper thread: its result, its exception re-raised, or TxnCallHung."""
+    outcome: list = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, call()))
+        except BaseException as exc:  # handed to the caller as it is
+            outcome.append((False, exc))
+
+    thread = threading.Thread(target=run, name=f"txn-{what}", daemon=True)
+    thread.start()
+    thread.join(timeout_s + HANG_GRACE_S)
+    if not outcome:
+        raise TxnCallHung(f"{what} did not return within {timeout_s + HANG_GRACE_S:g} s")
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
 
 
 class _BodyError(Exception):
@@ -68,6 +103,7 @@ class TxnQueueClient(QueueClient):
         super().__init__(**kwargs)
         self.transactional_id = transactional_id
         self._ready = False  # init_transactions has succeeded on the current producer
+        self._hung = False  # a transactional call did not return (see bounded)
 
     def _producer(self) -> Sender:
         if self._sender is None:
@@ -77,9 +113,18 @@ class TxnQueueClient(QueueClient):
         if not self._ready:
             # A timed-out init may be retried on the same producer (librdkafka's doc); any
             # other error propagates, and the op fails before its transaction began.
-            self._sender.producer.init_transactions(INIT_TIMEOUT_S)
+            producer = self._sender.producer
+            self._call(lambda: producer.init_transactions(INIT_TIMEOUT_S), INIT_TIMEOUT_S, "init_transactions")
             self._ready = True
         return self._sender
+
+    def _call(self, call: Any, timeout_s: float, what: str) -> Any:
+        try:
+            return bounded(call, timeout_s, what)
+        except TxnCallHung:
+            log.warning("%s: %s hung; abandoning the producer", self.transactional_id, what)
+            self._hung = True
+            raise
 
     def invoke(self, invocation: Invocation) -> Completion:
         if invocation.f not in ("send", "poll", "txn"):
@@ -88,6 +133,9 @@ class TxnQueueClient(QueueClient):
             completion = self._transaction(invocation)
         except TopicError as exc:
             completion = Completion(exc.outcome.type, invocation.value, error=exc.outcome.error)
+        if self._hung and not completion.end_process:
+            # The producer is stuck inside librdkafka: this process can run no further transaction.
+            completion = Completion(completion.type, completion.value, completion.error, completion.extra, True)
         if self._rebalance_log:
             completion = Completion(completion.type, completion.value, completion.error,
                                     {**completion.extra, "rebalance_log": self._rebalance_log},
@@ -111,16 +159,17 @@ class TxnQueueClient(QueueClient):
         results: list = []
         try:
             try:
-                producer.begin_transaction()
+                self._call(producer.begin_transaction, 0.0, "begin_transaction")
             except (KafkaException, RuntimeError) as exc:
                 raise _BodyError(describe(exc), []) from None
             results = self._body(invocation, sender, first_offsets, next_offsets)
             if next_offsets:
                 consumer = self._consumer_()
                 try:
-                    producer.send_offsets_to_transaction(
-                        [self.keys.topic_partition(k, o) for k, o in sorted(next_offsets.items())],
-                        consumer.consumer_group_metadata(), CALL_TIMEOUT_S)
+                    offsets = [self.keys.topic_partition(k, o) for k, o in sorted(next_offsets.items())]
+                    group = consumer.consumer_group_metadata()
+                    self._call(lambda: producer.send_offsets_to_transaction(offsets, group, CALL_TIMEOUT_S),
+                            CALL_TIMEOUT_S, "send_offsets_to_transaction")
                 except (KafkaException, RuntimeError) as exc:
                     raise _BodyError(describe(exc), results) from None
         except _BodyError as err:
@@ -173,7 +222,7 @@ class TxnQueueClient(QueueClient):
         deadline = time.monotonic() + COMMIT_DEADLINE_S
         while True:
             try:
-                producer.commit_transaction(CALL_TIMEOUT_S)
+                self._call(lambda: producer.commit_transaction(CALL_TIMEOUT_S), CALL_TIMEOUT_S, "commit_transaction")
                 break
             except (KafkaException, RuntimeError) as exc:
                 err = _kafka_error(exc)
@@ -202,9 +251,9 @@ class TxnQueueClient(QueueClient):
         label = cause.error if cause.error == "intentional" else ["error", cause.error]
         producer = self._producer_handle()
         try:
-            if cause.end_process:
-                raise RuntimeError("fatal error: the producer cannot abort")
-            producer.abort_transaction(CALL_TIMEOUT_S)
+            if cause.end_process or self._hung:
+                raise RuntimeError("the producer cannot abort: " + ("a call hung" if self._hung else "fatal error"))
+            self._call(lambda: producer.abort_transaction(CALL_TIMEOUT_S), CALL_TIMEOUT_S, "abort_transaction")
         except (KafkaException, RuntimeError) as exc:
             abort_error = describe(exc).error
             if committing:

@@ -127,7 +127,11 @@ class BrokerConfig:
     # KIP-890 part 1: a partition leader verifies with the coordinator before a producer's
     # first transactional append (cluster.broker.txn.verifier); false reproduces hanging
     # transactions from late writes (KAFKA-14402).
-    transaction_partition_verification_enable: bool = True  # transaction.partition.verification.enable
+    transaction_partition_verification_enable: bool = True  # transaction.partition.verification.enable (unsafe when false)
+    # Unsafe when true: the last stable offset is the high watermark, as if no transaction were
+    # open, so read_committed consumers read records of open transactions, including ones that
+    # abort later (the LSO is KIP-98's rule that keeps them out).
+    transaction_lso_ignore_open_transactions: bool = False  # transaction.lso.ignore.open.transactions
     # Our own unsafe switches, each reproducing a known Kafka data-loss mode:
     # a follower truncates its log to its high watermark when it starts following, instead of
     # finding the divergence point by leader epoch (the pre-KIP-101 behaviour).
@@ -204,6 +208,7 @@ class BrokerConfig:
             transaction_remove_expired_transaction_cleanup_interval_ms=_int(
                 props, "transaction.remove.expired.transaction.cleanup.interval.ms", 3_600_000, 1),
             transaction_partition_verification_enable=_bool(props, "transaction.partition.verification.enable", True),
+            transaction_lso_ignore_open_transactions=_bool(props, "transaction.lso.ignore.open.transactions", False),
             replica_truncate_to_high_watermark=_bool(props, "replica.truncate.to.high.watermark", False),
             fetch_read_past_high_watermark=_bool(props, "fetch.read.past.high.watermark", False),
             log_crash_lose_unflushed=_bool(props, "log.crash.lose.unflushed", False),

@@ -18,10 +18,12 @@ from typing import Any, Callable, Mapping
 
 CLUSTER_CONFIG_FILE = "cluster-config.json"
 CLUSTER_CONFIG_VERSION = 1
-# Settings only the bundled cluster knows (cluster/): read back from an external cluster's
-# brokers in case it is one, so a bundled cluster tested from outside is judged as it runs.
+# Broker settings the claims depend on, read back from an external cluster's brokers: the
+# bundled cluster's own (a bundled cluster tested from outside is judged as it runs) and the
+# bug switches (checkers/claims.py), one of which, partition verification, is Kafka's too.
 BUNDLED_BROKER_KEYS = ("log.crash.lose.unflushed", "replica.truncate.to.high.watermark",
-                       "fetch.read.past.high.watermark")
+                       "fetch.read.past.high.watermark", "transaction.partition.verification.enable",
+                       "transaction.lso.ignore.open.transactions", "transaction.offset.commit.skip.generation.check")
 
 
 def not_applied_warning(key: str, value: str) -> str:

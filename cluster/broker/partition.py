@@ -76,6 +76,8 @@ class ReplicationSettings:
     replica_lag_time_max_ms: int = 30_000
     read_past_high_watermark: bool = False
     truncate_to_high_watermark: bool = False
+    # transaction.lso.ignore.open.transactions (unsafe): the LSO is the HWM.
+    lso_ignores_open_transactions: bool = False
 
 
 class Partition:
@@ -135,7 +137,9 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        return self.producers.last_stable_offset(self.high_watermark)
+        stable = self.producers.last_stable_offset(self.high_watermark)
+        # The unsafe switch still lets the producer state drop decided transactions above.
+        return self.high_watermark if self.settings.lso_ignores_open_transactions else stable
 
     def aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
         """Aborted transactions with records in [fetch_offset, upper_bound_offset)."""

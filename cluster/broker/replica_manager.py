@@ -133,6 +133,7 @@ class ReplicaManager:
             replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
             read_past_high_watermark=self.config.fetch_read_past_high_watermark,
             truncate_to_high_watermark=self.config.replica_truncate_to_high_watermark,
+            lso_ignores_open_transactions=self.config.transaction_lso_ignore_open_transactions,
         )
 
     # ---- metadata --------------------------------------------------------------------

@@ -155,3 +155,35 @@ def test_jepsen_allowed_types():
 def test_bad_spec_names_the_field(spec, field):
     with pytest.raises(ClaimInputError, match=field):
         ClaimInputs.from_spec_json(spec)
+
+
+# The transaction bug switches (issue 14): on when set to their unsafe value (partition
+# verification is unsafe when false), from the spec of a bundled run and from what an
+# external cluster's brokers report; named in the transaction claims' reasons.
+TXN_BUG_SWITCHES = [("transaction.partition.verification.enable", "false", "true"),
+                    ("transaction.lso.ignore.open.transactions", "true", "false"),
+                    ("transaction.offset.commit.skip.generation.check", "true", "false")]
+
+
+@pytest.mark.parametrize("name, unsafe, safe", TXN_BUG_SWITCHES)
+def test_transaction_bug_switches_are_named_and_excuse_nothing(name, unsafe, safe):
+    def spec(value):
+        return {"workload": "queue", "brokers": 3, "client_config": {"acks": "all"},
+                "cluster_config": {"min.insync.replicas": "2", name: value}, "workload_options": {"txn": True}}
+
+    assert ClaimInputs.from_spec_json(spec(safe)).bug_switches == ()
+    inputs = with_faults(ClaimInputs.from_spec_json(spec(unsafe)), frozenset(EVERY_FAULT))
+    assert inputs.bug_switches == (name,)
+    made = {c.name: c for c in claims_for(inputs)}
+    for claim in ("acked-writes-durable", "no-duplicates", "no-aborted-reads", "transaction-isolation"):
+        assert made[claim].holds and name in made[claim].reason and "excuses nothing" in made[claim].reason
+    for anomaly, claim in (("G1a", "no-aborted-reads"), ("duplicate", "no-duplicates"), ("lost-write", "acked-writes-durable")):
+        assert classify(anomaly, inputs, claims_for(inputs)) == (False, [claim])
+
+    def reported(value):
+        brokers = {"0": {"configs": {name: safe}, "errors": []}, "1": {"configs": {name: value}, "errors": []}}
+        return {"readings": [{"when": "end", "topics": {}, "brokers": brokers, "errors": []}]}
+
+    external = {**spec(safe), "bootstrap_servers": "127.0.0.1:9092"}
+    assert ClaimInputs.from_spec_json(external, reported(safe)).bug_switches == ()
+    assert ClaimInputs.from_spec_json(external, reported(unsafe)).bug_switches == (name,)  # one broker is enough

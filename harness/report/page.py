@@ -22,7 +22,7 @@ from harness.history import HistoryFormatError, Op
 from harness.report.digest import OUTCOMES, HistoryDigest, digest_history
 from harness.report.figures import FigureSpec, all_figures
 from harness.report.htmlpage import asset_text, json_block, plotly_js, render_page
-from harness.report.opformat import describe_action, describe_op
+from harness.report.opformat import describe_action, describe_micro_op, describe_op
 from harness import store
 from harness.cluster_settings import CLUSTER_CONFIG_FILE
 
@@ -263,9 +263,22 @@ def _cycle_text(steps: Any) -> str:
     )
 
 
+def _witness_op(index: int, kept: dict[int, Op]) -> str:
+    """A witness's op; an op of several micro-ops (a transaction) also lists every micro-op on
+    a line of its own, since the one-line text is shortened and a transaction's anomaly often
+    lies in its later micro-ops."""
+    link = _op_link(index, kept)
+    op = kept.get(index)
+    mops = op.value if op is not None and isinstance(op.value, list) else []
+    if len(mops) < 2 or not all(isinstance(m, list) and m and m[0] in ("send", "poll") for m in mops):
+        return link
+    items = "".join(f"<li>{esc(describe_micro_op(m))}</li>" for m in mops)
+    return f'{link.removesuffix("</li>")}<ol class="mops">{items}</ol></li>'
+
+
 def _witness(anomaly: Anomaly, number: int, kept: dict[int, Op]) -> str:
     witness = anomaly.witnesses[number]
-    ops = "".join(_op_link(i, kept) for i in witness.op_indices)
+    ops = "".join(_witness_op(i, kept) for i in witness.op_indices)
     cycle = _cycle_text(witness.detail.get("steps"))
     details = "".join(
         f"<dt>{esc(key)}</dt><dd>{esc(value if isinstance(value, str) else json.dumps(value, default=str))}</dd>"

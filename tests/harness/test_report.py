@@ -388,3 +388,33 @@ def test_an_external_runs_reported_settings_are_shown_beside_the_typed_ones(tmp_
     assert "log.crash.lose.unflushed=false" in html and "DescribeConfigs of broker 1 refused" in html
     assert "num.replica.fetchers is a broker setting: not applied" in html
     assert '<a href="cluster-config.json">' in html
+
+
+def test_a_transactions_witness_lists_every_micro_op(tmp_path):
+    """A G1a between an aborted transaction and the poll that read it: each op's one-line text
+    is shortened, so the witness also lists every micro-op of each transaction in full."""
+    from tests.harness.test_report_support import HistoryBuilder, write_spec
+
+    run = tmp_path / "queue-txn" / "20261125T070000.000000"
+    run.mkdir(parents=True)
+    write_spec(run, name="queue-txn", nemeses=[])
+    h = HistoryBuilder()
+    long_poll = ["poll", {k: [[o, 1000 + o] for o in range(8)] for k in range(5, 12)}]
+    writer_value = [long_poll, ["send", 3, [40, 7]], ["send", 4, [12, 9]], ["poll", {}]]
+    h.op(0.1, "invoke", 0, "txn", [["poll"], ["send", 3, 7], ["send", 4, 9], ["poll"]])
+    h.op(0.2, "fail", 0, "txn", writer_value, ["abort", "intentional"], tag="writer")
+    h.op(0.3, "invoke", 1, "poll", [["poll"]])
+    h.op(0.4, "ok", 1, "poll", [["poll", {3: [[40, 7]]}]], tag="reader")
+    tagged = h.write(run / store.HISTORY_FILE)
+    witness = Witness([tagged["writer"], tagged["reader"]], {"key": 3, "value": 7})
+    CheckResult(valid=False, anomalies=[Anomaly("G1a", 1, False, "aborted read", [witness], ["no-aborted-reads"])]).save(
+        run / store.RESULTS_FILE)
+    html = write_report(run).read_text()
+    card = html[html.index('<div class="witness">'):]
+    card = card[:card.index("</div>")]
+    mops = re.findall(r'<ol class="mops">(.*?)</ol>', card)
+    assert len(mops) == 1  # the reader's single poll needs no list
+    items = re.findall(r"<li>(.*?)</li>", mops[0])
+    assert items[1:] == ["send k3=7 → offset 40", "send k4=9 → offset 12", "poll → nothing"]
+    assert items[0].startswith("poll → k10: ") and all(f"k{k}: " in items[0] for k in range(5, 12))
+    assert "intentional" in card  # the transaction's abort, from the op's error

@@ -17,7 +17,7 @@ EXIT_HARNESS_ERROR = 255
 
 # Modules that contribute subcommands, in the order `--help` lists them.
 SUBCOMMAND_MODULES: tuple[str, ...] = ("cluster.cli", "harness.testcmd", "harness.analyze", "harness.report.cli", "harness.serve",
-                                        "harness.suite")
+                                        "harness.suite", "proxy.cli")
 
 
 class ArgumentParser(argparse.ArgumentParser):

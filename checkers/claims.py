@@ -93,7 +93,9 @@ class ClaimInputs:
             acks = "all"
         if acks not in ("all", "0", "1"):
             raise ClaimInputError(f"acks: {acks!r} must be all, -1, 0 or 1")
-        txn = _truthy(str(options.get("txn", False)), False) or workload == "transactional" or "transactional.id" in client
+        # eos copiers are transactional unless txn=false (workloads/eos.py).
+        txn = (_truthy(str(options.get("txn", workload == "eos")), False) or workload == "transactional"
+               or "transactional.id" in client)
         mode_raw = options.get("commit_mode")
         commit_mode = None
         if mode_raw is not None:
@@ -245,6 +247,7 @@ TXN_ISOLATION = "transaction-isolation"
 AT_MOST_ONCE = "at-most-once"
 AT_LEAST_ONCE = "at-least-once"
 COMMITS_MONOTONIC = "committed-offsets-monotonic"
+EXACTLY_ONCE = "exactly-once"
 
 
 # Fault kinds (nemeses/: `start-<kind>` ops) that can move a partition's leadership: a
@@ -358,6 +361,23 @@ def claims_for(inputs: ClaimInputs) -> list[Claim]:
             Claim(COMMITS_MONOTONIC, "a group's committed offset of a partition never moves backwards",
                   "group coordinator generation checks", True),
         ]
+    if inputs.workload == "eos":
+        # KIP-98 (transactions) and KIP-447 (offsets committed in the producer's transaction,
+        # fenced by the consumer group's generation): a read_committed consume-transform-produce
+        # loop copies every record exactly once, if no committed record may be lost.
+        exactly = inputs.transactional and read_committed and durable
+        claims += [
+            Claim(EXACTLY_ONCE, "every input record appears in the output exactly once, and each copy "
+                  "transaction's outputs are all visible or none",
+                  ("transactional copiers (send_offsets_to_transaction) with read_committed consumers, KIP-98 and "
+                   "KIP-447" if inputs.transactional else "copiers without transactions (txn=false): a copy "
+                   "repeated after a crash or a refused offset commit duplicates")
+                  + f", isolation.level={inputs.isolation_level}"
+                  + ("" if durable else f"; not claimed, {allowance}") + bug_note, exactly),
+            Claim(AT_LEAST_ONCE, "every acknowledged input record is copied to the output at least once",
+                  "copiers commit offsets only after producing" + ("" if durable else f"; not claimed, {allowance}"),
+                  durable and read_committed),
+        ]
     return claims
 
 
@@ -383,6 +403,9 @@ VIOLATES: dict[str, tuple[str, ...]] = {
     "duplicate-processing": (AT_MOST_ONCE,),
     "unprocessed": (AT_LEAST_ONCE,),
     "nonmonotonic-commit": (COMMITS_MONOTONIC,),
+    "eos-missing": (EXACTLY_ONCE, AT_LEAST_ONCE),
+    "eos-duplicate": (EXACTLY_ONCE,),
+    "eos-partial": (EXACTLY_ONCE,),
 }
 
 

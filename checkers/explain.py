@@ -23,6 +23,9 @@ EXPLANATIONS: dict[str, str] = {
     "duplicate-processing": "The consumer group processed one record more than once.",
     "unprocessed": "An acknowledged record was never processed by the consumer group.",
     "nonmonotonic-commit": "A group committed a partition offset lower than one it had already committed.",
+    "eos-missing": "An input record never appeared in the output topic: no committed copy of it is visible to read_committed.",
+    "eos-duplicate": "An input record appears in the output topic more than once: two copies of it both committed.",
+    "eos-partial": "A copy transaction is only partly visible: some outputs of a committed copy are missing, or an unknown copy's outputs are part visible, part not.",
 }
 
 

@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 
-from checkers import cycles
+from checkers import cycles, eos
 from checkers import fused as fused_pass
 from checkers.claims import ClaimInputs, claims_for, classify
 from checkers.explain import explain
@@ -71,7 +71,18 @@ def check_runs(source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
     started = time.perf_counter()
     history = load_history(spark, history_paths(source))
     found = findings_of(history)
+    _add_eos_findings(history, found)
     return _results(found, inputs, realtime=realtime, started=started, final_phases=final_phases or {})
+
+
+def _add_eos_findings(history: DataFrame, found: Findings) -> None:
+    """The exactly-once checks (checkers/eos.py) of the runs with copy ops: a question across
+    keys, so a job of its own after the per-key pass; if it raises, those runs are unknown."""
+    try:
+        eos.add_findings(history, found)
+    except Exception as exc:
+        for run in eos.eos_runs(found):
+            found.errors_by_run[run].append(CheckerError("eos", _describe(exc)))
 
 
 def _results(findings: Findings, inputs: ClaimInputs | Mapping[str, ClaimInputs], *, realtime: bool,

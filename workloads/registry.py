@@ -11,6 +11,7 @@ from types import ModuleType
 WORKLOAD_MODULES: dict[str, str] = {
     "queue": "workloads.queue",
     "delivery": "workloads.delivery",
+    "eos": "workloads.eos",
 }
 WORKLOAD_NAMES: tuple[str, ...] = tuple(WORKLOAD_MODULES)
 

@@ -187,3 +187,19 @@ def test_transaction_bug_switches_are_named_and_excuse_nothing(name, unsafe, saf
     external = {**spec(safe), "bootstrap_servers": "127.0.0.1:9092"}
     assert ClaimInputs.from_spec_json(external, reported(safe)).bug_switches == ()
     assert ClaimInputs.from_spec_json(external, reported(unsafe)).bug_switches == (name,)  # one broker is enough
+
+
+@pytest.mark.parametrize("txn, isolation, transactional, no_aborted_reads, isolated", [
+    ("true", "read_committed", True, True, True),  # KIP-98's exactly-once configuration
+    ("true", "read_uncommitted", True, False, False),  # aborted transactions are readable
+    ("false", "read_uncommitted", False, True, False),  # the CLI's text "false" is no transaction
+    (False, "read_committed", False, True, True),
+])
+def test_transaction_claims_follow_txn_and_the_isolation_level(txn, isolation, transactional, no_aborted_reads,
+                                                               isolated):
+    spec = {"workload": "queue", "client_config": {"isolation.level": isolation}, "workload_options": {"txn": txn}}
+    inputs = ClaimInputs.from_spec_json(spec)
+    assert inputs.transactional is transactional and inputs.idempotence is transactional
+    made = holds(inputs)
+    assert made["no-aborted-reads"] is no_aborted_reads and made["transaction-isolation"] is isolated
+    assert classify("G1a", inputs, claims_for(inputs))[0] is not no_aborted_reads

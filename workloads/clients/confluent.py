@@ -211,10 +211,14 @@ def consume_available(consumer: Consumer, max_records: int, timeout_s: float) ->
 def records_by_key(messages: list[Any], keys: KeyMap,
                    at_end: set[int] | None = None) -> tuple[dict[int, list[list[int]]], Outcome | None]:
     """Group polled messages as {key: [[offset, value], ...]}, in poll order; the first
-    message carrying an error becomes the outcome (records before it are kept). With
-    `at_end`, end-of-partition events add their key to it and records remove theirs, so it
-    holds the keys whose last word was "nothing more"."""
+    message carrying an error becomes the outcome. Records after an error event are kept
+    too: librdkafka has already moved the consumer past them, so dropping them would leave
+    records that were consumed but never recorded (a false poll-skip once the next poll
+    goes on after them; seen when an OffsetFetch "Not coordinator" event arrived in the
+    same batch as three records). With `at_end`, end-of-partition events add their key to
+    it and records remove theirs, so it holds the keys whose last word was "nothing more"."""
     out: dict[int, list[list[int]]] = {}
+    outcome: Outcome | None = None
     key_of = keys.key
     for msg in messages:
         err = msg.error()
@@ -225,7 +229,9 @@ def records_by_key(messages: list[Any], keys: KeyMap,
                     if eof_key is not None:
                         at_end.add(eof_key)
                 continue
-            return out, classify(err)
+            if outcome is None:
+                outcome = classify(err)
+            continue
         key = key_of(msg.topic(), msg.partition())
         if key is None:
             continue
@@ -234,12 +240,16 @@ def records_by_key(messages: list[Any], keys: KeyMap,
         try:
             value = int(msg.value())
         except (TypeError, ValueError):
-            return out, Outcome("info", ["unparseable-value", repr(msg.value())[:80]])
+            # Not a value this harness wrote: the op's outcome is unknown. The record is
+            # not kept (it has no value to record); the records around it are.
+            if outcome is None:
+                outcome = Outcome("info", ["unparseable-value", repr(msg.value())[:80]])
+            continue
         pairs = out.get(key)
         if pairs is None:
             out[key] = pairs = []
         pairs.append([msg.offset(), value])
-    return out, None
+    return out, outcome
 
 
 class QueueClient:

@@ -132,6 +132,9 @@ class BrokerConfig:
     # open, so read_committed consumers read records of open transactions, including ones that
     # abort later (the LSO is KIP-98's rule that keeps them out).
     transaction_lso_ignore_open_transactions: bool = False  # transaction.lso.ignore.open.transactions
+    # Unsafe when true: TxnOffsetCommit skips KIP-447's member id and generation checks, so a
+    # zombie copier whose consumer lost its partitions still commits offsets for them.
+    transaction_offset_commit_skip_generation_check: bool = False  # transaction.offset.commit.skip.generation.check
     # Our own unsafe switches, each reproducing a known Kafka data-loss mode:
     # a follower truncates its log to its high watermark when it starts following, instead of
     # finding the divergence point by leader epoch (the pre-KIP-101 behaviour).
@@ -209,6 +212,7 @@ class BrokerConfig:
                 props, "transaction.remove.expired.transaction.cleanup.interval.ms", 3_600_000, 1),
             transaction_partition_verification_enable=_bool(props, "transaction.partition.verification.enable", True),
             transaction_lso_ignore_open_transactions=_bool(props, "transaction.lso.ignore.open.transactions", False),
+            transaction_offset_commit_skip_generation_check=_bool(props, "transaction.offset.commit.skip.generation.check", False),
             replica_truncate_to_high_watermark=_bool(props, "replica.truncate.to.high.watermark", False),
             fetch_read_past_high_watermark=_bool(props, "fetch.read.past.high.watermark", False),
             log_crash_lose_unflushed=_bool(props, "log.crash.lose.unflushed", False),

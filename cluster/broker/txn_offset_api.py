@@ -47,7 +47,8 @@ def handle_txn_offset_commit(broker: Broker, request: Request, reply: Reply) -> 
     error = broker.group_error(group_id)
     if error is ErrorCode.none:
         error = broker.txn_offsets.validate(group_id, int(getattr(body, "generation_id", -1)), getattr(body, "member_id", ""),
-                                            getattr(body, "group_instance_id", None))
+                                            getattr(body, "group_instance_id", None),
+                                            check_members=not broker.config.transaction_offset_commit_skip_generation_check)
     if error is not ErrorCode.none:
         answer(lambda name, p: error)
         return

@@ -44,16 +44,23 @@ class TxnOffsets:
         # transaction's commit marker).
         self._epochs: dict[int, dict[int, int]] = {}
 
-    def validate(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None) -> ErrorCode:
+    def validate(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
+                 check_members: bool = True) -> ErrorCode:
         """Kafka's doTxnCommitOffsets checks (KIP-447): a consumer's member id and generation,
-        when given, must be current; none given (-1, "") commits outside group management."""
+        when given, must be current; none given (-1, "") commits outside group management.
+        check_members=False (transaction.offset.commit.skip.generation.check, unsafe) skips
+        the member, instance and generation checks, as before KIP-447."""
         group = self._groups.groups.get(group_id)
         if group is None:  # Kafka creates it Empty, with no members and generation 0
+            if not check_members:
+                return ErrorCode.none
             if member_id:
                 return ErrorCode.unknown_member_id
             return ErrorCode.illegal_generation if generation_id > 0 else ErrorCode.none
         if group.state is GroupState.DEAD:
             return ErrorCode.coordinator_not_available
+        if not check_members:
+            return ErrorCode.none
         if group_instance_id is not None and group.static_members.get(group_instance_id, member_id) != member_id:
             return ErrorCode.fenced_instance_id
         if member_id and member_id not in group.members:

@@ -28,8 +28,8 @@ def offsets_tp(driver: CoreDriver) -> TopicPartition:
     return TopicPartition(OFFSETS_TOPIC, partition_for_group(GROUP, 3))
 
 
-def driver_with_group() -> CoreDriver:
-    driver = CoreDriver(TXN_PROPERTIES)
+def driver_with_group(**extra: str) -> CoreDriver:
+    driver = CoreDriver({**TXN_PROPERTIES, **extra})
     assert create_topic(driver, "t", 1).topics[0].error_code is ErrorCode.none
     driver.await_coordinator(GROUP)
     return driver
@@ -89,6 +89,19 @@ def test_kip447_member_and_generation_checks() -> None:
     assert commit(generation_id=generation, member_id="someone-else") is ErrorCode.unknown_member_id
     assert commit() is ErrorCode.none  # no member or generation given: not checked (producers before KIP-447)
     assert txn_offset_commit(driver, "tx", PID, EPOCH, GROUP, {("nope", 0): 5}) == {("nope", 0): ErrorCode.unknown_topic_or_partition}
+
+
+def test_without_the_kip447_checks_a_stale_member_commits() -> None:
+    # transaction.offset.commit.skip.generation.check (unsafe): the checks above are skipped,
+    # for a group the coordinator knows and one it does not.
+    driver = driver_with_group(**{"transaction.offset.commit.skip.generation.check": "true"})
+    joined = join(driver, group=GROUP).body
+    member, generation = joined.member_id, joined.generation_id
+    assert sync(driver, member, generation, {member: b""}, group=GROUP).body.error_code is ErrorCode.none
+    stale = txn_offset_commit(driver, "tx", PID, EPOCH, GROUP, {("t", 0): 5}, generation_id=generation + 1, member_id="gone")
+    assert stale == {("t", 0): ErrorCode.none}
+    unknown = txn_offset_commit(driver, "tx", PID, EPOCH, "no-such-group", {("t", 0): 5}, generation_id=7, member_id="gone")
+    assert unknown == {("t", 0): ErrorCode.none}
 
 
 def test_a_zombie_commit_under_an_older_epoch_is_refused() -> None:

@@ -41,17 +41,17 @@ class Recorder:
         self.ops.append(Op(index, time.monotonic_ns(), typ, process, f, value, error, dict(extra)))  # type: ignore[arg-type]
         return index
 
-    def invoke(self, process: int, f: str, value: Any) -> int:
-        index = self._add("invoke", process, f, value)
+    def invoke(self, process: int, f: str, value: Any, **extra: Any) -> int:
+        index = self._add("invoke", process, f, value, **extra)
         self._open[index] = (process, f)
         return index
 
-    def complete(self, invocation: int, typ: str, value: Any, error: Any = None) -> int:
+    def complete(self, invocation: int, typ: str, value: Any, error: Any = None, **extra: Any) -> int:
         process, f = self._open.pop(invocation)
-        return self._add(typ, process, f, value, error)
+        return self._add(typ, process, f, value, error, **extra)
 
-    def op(self, process: int, f: str, invoke_value: Any, typ: str, value: Any) -> int:
-        return self.complete(self.invoke(process, f, invoke_value), typ, value)
+    def op(self, process: int, f: str, invoke_value: Any, typ: str, value: Any, **extra: Any) -> int:
+        return self.complete(self.invoke(process, f, invoke_value, **extra), typ, value, **extra)
 
     def write(self, path: Path) -> Path:
         assert not self._open, f"ops never completed: {self._open}"
@@ -73,6 +73,15 @@ def queue_txn_inputs(cluster_config: dict[str, str], brokers: int = 1) -> ClaimI
             "client_config": {"acks": "all", "isolation.level": "read_committed"},
             "cluster_config": dict(cluster_config),
             "workload_options": {"txn": True, "replication_factor": brokers}}
+    return ClaimInputs.from_spec_json(spec)
+
+
+def delivery_inputs(cluster_config: dict[str, str], commit_mode: str, brokers: int = 1) -> ClaimInputs:
+    """The claims of a `--workload delivery` run with this commit mode on the bundled cluster."""
+    spec = {"workload": "delivery", "brokers": brokers,
+            "client_config": {"acks": "all", "isolation.level": "read_committed", "enable.auto.commit": "false"},
+            "cluster_config": dict(cluster_config),
+            "workload_options": {"commit_mode": commit_mode, "replication_factor": brokers}}
     return ClaimInputs.from_spec_json(spec)
 
 

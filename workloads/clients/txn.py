@@ -264,6 +264,11 @@ class TxnQueueClient(QueueClient):
             return Completion("fail", value, error=["abort-failed", label, abort_error], end_process=True)
         return Completion("fail", value, error=["abort", label])
 
+    def _rollback(self, first_offsets: dict[int, int]) -> None:
+        super()._rollback(first_offsets)
+        # A key sought back is no longer known to be read to its end.
+        self._at_end.difference_update(first_offsets)
+
     def _remember_positions(self, results: list) -> None:
         if self._subscribed:
             return

@@ -23,6 +23,7 @@ import datetime
 import time
 from typing import Any, Callable
 
+from confluent_kafka import IsolationLevel
 from kio.index import EntityType
 from kio.schema.errors import ErrorCode
 
@@ -33,7 +34,7 @@ from cluster.protocol.records import Record, build_batch
 from cluster.protocol.versions import ApiKey
 from cluster.storage.batch import ATTR_TRANSACTIONAL
 from tests.cluster.kafka_helpers import create_topic
-from tests.cluster.txn.unsafe_clients import Reader
+from tests.cluster.txn.unsafe_clients import Reader, stable_end
 from tests.cluster.txn.unsafe_history import (SCENARIO_BROKER_CONFIG, Recorder, anomaly_names, check_histories, describe,
                                               poll_value, queue_txn_inputs)
 
@@ -114,8 +115,9 @@ class RawTxnProducer:
                                             producer_epoch=self.epoch, committed=committed), lambda b: b.error_code, "EndTxn")
 
 
-def scenario(make_cluster, switch_value: str) -> tuple[Recorder, ErrorCode]:
-    """The history, and the broker's answer to the late Produce (which no client hears)."""
+def scenario(make_cluster, switch_value: str) -> tuple[Recorder, ErrorCode, tuple[int, int]]:
+    """The history, the broker's answer to the late Produce (which no client hears), and
+    the partition's (last stable offset, high watermark) just after it."""
     cluster = make_cluster(brokers=1, seed=SEED, config={**SCENARIO_BROKER_CONFIG, SWITCH: switch_value})
     bootstrap = cluster.bootstrap_servers
     create_topic(bootstrap, TOPIC, 1)
@@ -131,6 +133,7 @@ def scenario(make_cluster, switch_value: str) -> tuple[Recorder, ErrorCode]:
         producer.init()  # KIP-360: the abort after a timed-out produce bumps the epoch
         h.complete(first_txn, "fail", [["send", KEY, [first, 1]], ["send", KEY, 2]], error=["abort", "produce timed out"])
         late_error, _ = late()  # the held Produce of 2 arrives after its transaction ended
+        ends = (stable_end(bootstrap, TOPIC, KEY), stable_end(bootstrap, TOPIC, KEY, IsolationLevel.READ_UNCOMMITTED))
         second_txn = h.invoke(WRITER, "send", [["send", KEY, 3]])
         producer.add_partition()
         third = producer.send(3)
@@ -142,14 +145,17 @@ def scenario(make_cluster, switch_value: str) -> tuple[Recorder, ErrorCode]:
         h.op(READER, "poll", [["poll"]], "ok", [poll_value({KEY: reader.poll_to_stable_end()})])
     finally:
         reader.close()
-    return h, late_error
+    return h, late_error, ends
 
 
 def test_without_partition_verification_a_late_produce_joins_the_next_transaction(make_cluster, spark, tmp_path) -> None:
-    safe_history, safe_late = scenario(make_cluster, "true")
-    unsafe_history, unsafe_late = scenario(make_cluster, "false")
+    safe_history, safe_late, safe_ends = scenario(make_cluster, "true")
+    unsafe_history, unsafe_late, unsafe_ends = scenario(make_cluster, "false")
     # KIP-890: the coordinator says the partition is not in the (bumped) producer's transaction.
     assert safe_late is not ErrorCode.none and unsafe_late is ErrorCode.none
+    # 1 at offset 0, the abort marker at 1; without verification 2 at offset 2 is a hanging
+    # transaction: the LSO stays below the high watermark until the producer writes there again.
+    assert (safe_ends, unsafe_ends) == ((2, 2), (2, 3))
     safe, unsafe = {SWITCH: "true"}, {SWITCH: "false"}
     assert queue_txn_inputs(unsafe).bug_switches == (SWITCH,) and queue_txn_inputs(safe).bug_switches == ()
     results = check_histories({"safe": (safe_history, queue_txn_inputs(safe)),

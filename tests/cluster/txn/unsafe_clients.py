@@ -33,11 +33,12 @@ def send(producer: Producer, topic: str, partition: int, value: int) -> int:
     return int(msg.offset())  # type: ignore[attr-defined]
 
 
-def stable_end(bootstrap: str, topic: str, partition: int) -> int:
-    """The partition's last stable offset: ListOffsets LATEST with read_committed."""
+def stable_end(bootstrap: str, topic: str, partition: int, isolation: IsolationLevel = IsolationLevel.READ_COMMITTED) -> int:
+    """The partition's last stable offset: ListOffsets LATEST with read_committed (with
+    read_uncommitted: the high watermark)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     tp = KafkaTopicPartition(topic, partition)
-    return int(admin.list_offsets({tp: OffsetSpec.latest()}, isolation_level=IsolationLevel.READ_COMMITTED,
+    return int(admin.list_offsets({tp: OffsetSpec.latest()}, isolation_level=isolation,
                                   request_timeout=CALL_TIMEOUT_S)[tp].result(CALL_TIMEOUT_S).offset)
 
 

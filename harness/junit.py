@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Literal, Sequence
 
 from checkers.claims import VIOLATES
-from checkers.result import Anomaly, CheckResult
+from checkers.result import Anomaly, CheckerError, CheckResult
 
 Outcome = Literal["passed", "failure", "error", "skipped"]
 RunStatus = Literal["checked", "harness-error", "interrupted"]
@@ -114,9 +114,19 @@ class RunRecord:
     def verdict(self) -> str:
         if self.status == "interrupted":
             return "interrupted"
-        if self.status == "harness-error" or self.result is None:
+        if self.status == "harness-error":
             return "harness-error"
+        if self.result is None:
+            return "unknown"  # checked, but no results.json: the checkers crashed
         return {True: "valid", False: "invalid"}.get(self.result.valid, "unknown")  # type: ignore[arg-type]
+
+    @property
+    def check_result(self) -> CheckResult | None:
+        """The run's CheckResult; for a checked run without results.json (the checkers
+        crashed, which makes the verdict unknown) one that says so."""
+        if self.status != "checked" or self.result is not None:
+            return self.result
+        return CheckResult(valid="unknown", errors=[CheckerError("check", self.message or "no results.json was written")])
 
     @property
     def report_path(self) -> Path | None:
@@ -139,7 +149,7 @@ def suite_for_run(run: RunRecord) -> JUnitSuite:
     classname = f"logquake.{run.name}"
     footer = _footer(run)
     cases = [_harness_case(run, classname, footer)]
-    result = run.result
+    result = run.check_result
     if run.status == "checked" and result is not None:
         expected = run.expectation if run.expectation is not None and run.expectation.verdict == "invalid" else None
         judged = not result.errors
@@ -173,15 +183,16 @@ def _harness_case(run: RunRecord, classname: str, footer: str) -> JUnitCase:
     if run.status == "interrupted":
         return JUnitCase("harness", classname, "error", "interrupted: the run did not finish, no verdict",
                          run.message + footer, time_s=run.elapsed_s)
-    if run.status == "harness-error" or run.result is None:
+    result = run.check_result
+    if run.status == "harness-error" or result is None:
         return JUnitCase("harness", classname, "error", f"harness error: {_first_line(run.message)}",
                          run.message + footer, time_s=run.elapsed_s)
-    progress = [e.error for e in run.result.errors if e.checker in HARNESS_CHECKERS]
+    progress = [e.error for e in result.errors if e.checker in HARNESS_CHECKERS]
     if progress:
         return JUnitCase("harness", classname, "error",
                          f"verdict unknown: the run did not exercise its claims: {_first_line(progress[0])}",
                          "\n".join(progress) + footer, time_s=run.elapsed_s)
-    stats = run.result.stats
+    stats = result.stats
     output = f"completed: {stats.get('history_ops', stats.get('ops', '?'))} ops, {stats.get('ok_ops', '?')} ok; " \
              f"faults run: {', '.join(stats.get('faults', [])) or 'none'}"
     return JUnitCase("harness", classname, "passed", output=output + footer, time_s=run.elapsed_s)

@@ -164,7 +164,7 @@ def _record(run: Any, status: str, began: datetime, began_s: float, message: str
 
 
 def _finish(run: Any, record: RunRecord, log_path: Path) -> Finished:
-    result = record.result
+    result = record.check_result
     anomalies = [] if result is None else [
         {"name": a.name, "count": a.count, "allowed": a.allowed, "violates": a.violates} for a in result.anomalies]
     bad = [a for a in anomalies if not a["allowed"]]

@@ -76,6 +76,7 @@ body {{ font-family: sans-serif; margin: 1.5em; }}
 table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ccc; padding: 0.3em 0.5em; vertical-align: top; }}
 tr.ok td:nth-child(8) {{ color: #176617; }} tr.bad td:nth-child(8) {{ color: #b00020; font-weight: bold; }}
 tr.other td:nth-child(8) {{ color: #a65e00; font-weight: bold; }} code {{ font-size: 0.85em; }}
+td:nth-child(2) {{ white-space: nowrap; }}
 </style></head><body>
 <h1>logquake suite {e(doc['suite'])}</h1>
 <p>{e(doc['description'])}</p>

@@ -149,9 +149,15 @@ def test_harness_errors_and_interrupts_are_errors_and_odd_text_stays_valid_xml(t
                   reproduce_command="logquake test --seed 3 --name 'a<&>\"b'"),
         RunRecord(name="stopped", status="interrupted", started_at=started, elapsed_s=12345.6789,
                   message="interrupted", run_dir=tmp_path / "r2", seed=4),
+        # Checked, but the checkers crashed before writing results.json: unknown, not passed.
+        RunRecord(name="crashed", status="checked", started_at=started, elapsed_s=9,
+                  message="the checkers crashed (Py4JError: gone): verdict unknown", run_dir=tmp_path / "r3", seed=5),
     ]
     path = write_junit(tmp_path / "j.xml", [suite_for_run(r) for r in records], name="my suite")
-    broken, stopped = read_junit(path)
+    broken, stopped, crashed = read_junit(path)
+    assert records[2].verdict == "unknown" and crashed.properties["verdict"] == "unknown"
+    assert crashed.cases["checker check"].outcome == "error"
+    assert "the checkers crashed (Py4JError: gone)" in crashed.cases["checker check"].message
     assert broken.name == 'a<&>"b' and broken.tests == 1 and broken.errors == 1
     assert broken.cases["harness"].outcome == "error"
     assert broken.cases["harness"].message == "harness error: cannot start broker 2: <port in use> & more"

@@ -163,3 +163,16 @@ def test_the_nightly_suite_covers_every_nemesis_and_every_unsafe_switch():
         safe = entries[f"{entry}-mix-safe"]
         assert safe.expectation.verdict == "valid" and safe.spec.nemesis == entries[entry].spec.nemesis, entry
         assert not any(safe.spec.cluster_config.get(k) == "true" for k in switches if k != "log.crash.lose.unflushed")
+
+
+@pytest.mark.parametrize("example", ["github-actions.yml", "gitlab-ci.yml"])
+def test_the_ci_examples_run_the_ci_suite_with_a_junit_file_they_publish(example):
+    text = (PROJECT / "examples" / "ci" / example).read_text()
+    command = ".venv/bin/logquake suite suites/ci.toml --junit-xml reports/logquake-junit.xml"
+    assert command in text and "pip install -q -e ." in text
+    assert text.count("reports/logquake-junit.xml") >= 2  # written, then published as test results
+    assert "results/*/*/report.html" in text and "results/suites/" in text
+    out = subprocess.run([sys.executable, "-m", "harness.cli", "suite", "suites/ci.toml", "--list",
+                          "--junit-xml", "reports/logquake-junit.xml"],
+                         capture_output=True, text=True, timeout=120, cwd=PROJECT)
+    assert out.returncode == 0, out.stderr

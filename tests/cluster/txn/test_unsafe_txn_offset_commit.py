@@ -55,7 +55,7 @@ def copier_consumer(bootstrap: str) -> tuple[Consumer, tuple[int, int]]:
     raise AssertionError(f"the copier's consumer got no record within {CALL_TIMEOUT_S} s")
 
 
-def copy(producer: Producer, offset: int, value: int) -> None:
+def copy(producer: Producer, value: int) -> None:
     """Begin the copy transaction and produce the output record (what a copier does before
     it sends its offsets)."""
     producer.begin_transaction()
@@ -77,14 +77,14 @@ def scenario(make_cluster, switch_value: str) -> tuple[Recorder, list[int]]:
     producer_a, producer_b = txn_producer(bootstrap, "copier-a"), txn_producer(bootstrap, "copier-b")
     consumer_a, (offset_a, value_a) = copier_consumer(bootstrap)
     zombie = h.invoke(COPIER_A, "process", None, group=GROUP)
-    copy(producer_a, offset_a, value_a)
+    copy(producer_a, value_a)
     metadata_a = consumer_a.consumer_group_metadata()
     consumer_a.close()  # A loses its partition while inside its transaction
 
     consumer_b, (offset_b, value_b) = copier_consumer(bootstrap)
     try:
         live = h.invoke(COPIER_B, "process", None, group=GROUP)
-        copy(producer_b, offset_b, value_b)
+        copy(producer_b, value_b)
         producer_b.send_offsets_to_transaction([KafkaTopicPartition(INPUT, KEY, offset_b + 1)],
                                                consumer_b.consumer_group_metadata(), CALL_TIMEOUT_S)
         producer_b.commit_transaction(CALL_TIMEOUT_S)

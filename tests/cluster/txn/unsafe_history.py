@@ -1,6 +1,6 @@
-"""What the unsafe-switch scenarios share: a history recorded as the clients act (the queue
-workload's txn op format, harness/history.py), checked by the real checker pipeline with the
-claims a transactional queue run gets from its spec.
+"""What the unsafe-switch scenarios share: a history recorded as the clients act (the op
+formats of the queue workload with txn=true and of the delivery workload, harness/history.py),
+checked by the real checker pipeline with the claims such a run gets from its spec.
 
 Each scenario records one history per cluster configuration; `check_histories` converts
 them to Parquet and checks them in one Spark job, so the switch-off and switch-on runs of a

@@ -295,3 +295,54 @@ def test_server_stop_closes_listeners_and_connections(echo_server):
         connect(listen)
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection((server.host, server.port), timeout=5)
+
+
+def test_chain_changes_under_load_lose_no_byte(proxy_server, echo):
+    """Toxics that must not alter the stream (latency, bandwidth, slicer, noop, slow_close) are added,
+    updated and removed at random on both directions of busy connections; every byte comes back in order."""
+    import threading
+
+    rng = random.Random(11)
+    kinds = {"latency": {"latency": 5, "jitter": 3}, "bandwidth": {"rate": 5000}, "slicer": {"average_size": 300,
+             "size_variation": 100, "delay": 100}, "noop": {}, "slow_close": {"delay": 10}}
+    failures: list[str] = []
+    stop = threading.Event()
+
+    def stream(seed: int) -> None:
+        data_rng = random.Random(seed)
+        try:
+            with connect(echo) as sock:
+                while not stop.is_set():
+                    payload = data_rng.randbytes(data_rng.randrange(1, 20_000))
+                    sock.sendall(payload)
+                    if recv_exactly(sock, len(payload)) != payload:
+                        failures.append(f"stream {seed}: bytes differ")
+                        return
+        except Exception as error:  # reported by the assertion below
+            failures.append(f"stream {seed}: {error!r}")
+
+    threads = [threading.Thread(target=stream, args=(seed,)) for seed in range(4)]
+    for thread in threads:
+        thread.start()
+    present: set[str] = set()
+    try:
+        deadline = time.monotonic() + 4.0
+        while time.monotonic() < deadline:
+            kind, stream_name = rng.choice(sorted(kinds)), rng.choice(["upstream", "downstream"])
+            name = f"{kind}_{stream_name}"
+            if name in present and rng.random() < 0.5:
+                assert call(proxy_server, "DELETE", f"/proxies/echo/toxics/{name}").status == 204
+                present.discard(name)
+            elif name in present:
+                assert call(proxy_server, "POST", f"/proxies/echo/toxics/{name}", {"toxicity": rng.random()}).status == 200
+            else:
+                add_toxic(proxy_server, "echo", kind, stream=stream_name, toxicity=rng.random(), **kinds[kind])
+                present.add(name)
+            time.sleep(rng.uniform(0, 0.05))
+    finally:
+        stop.set()
+        call(proxy_server, "POST", "/reset")
+        for thread in threads:
+            thread.join(60)
+    assert failures == []
+    assert not any(thread.is_alive() for thread in threads)

@@ -34,16 +34,21 @@ def format_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def resolve_listen(address: str) -> str:
-    """The address a listen string resolves to (for comparing with a proxy's current one)."""
-    host, port = split_address(address, "listen tcp")
+def resolve_host(host: str) -> str:
+    """One IP address for `host` (the first the resolver gives, as Go's net.Listen uses one)."""
     try:
         ipaddress.ip_address(host)
-        return format_address(host, port)
+        return host
     except ValueError:
         pass
     try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
     except socket.gaierror as error:
         raise ApiError(f"listen tcp: lookup {host}: {error.strerror}", 500) from None
-    return format_address(str(infos[0][4][0]), port)
+    return str(infos[0][4][0])
+
+
+def resolve_listen(address: str) -> str:
+    """The address a listen string resolves to (for comparing with a proxy's current one)."""
+    host, port = split_address(address, "listen tcp")
+    return format_address(resolve_host(host), port)

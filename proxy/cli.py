@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import signal
 import sys
 from typing import Any
@@ -67,6 +68,12 @@ def _load_config(path: str) -> list[Any]:
 
 
 def _run(args: argparse.Namespace) -> int:
+    # Every change of a proxy or toxic is logged, so a run's faults can be read back afterwards.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
+    logger = logging.getLogger("proxy")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
     seed = new_seed() if args.seed is None else args.seed
     try:
         populate = _load_config(args.config) if args.config else None

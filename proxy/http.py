@@ -45,7 +45,7 @@ async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamW
     try:
         while True:
             try:
-                request = await asyncio.wait_for(_read_request(reader), IDLE_TIMEOUT_S)
+                request = await asyncio.wait_for(_read_request(reader, writer), IDLE_TIMEOUT_S)
             except (asyncio.TimeoutError, asyncio.IncompleteReadError):
                 return
             except BadRequest as error:
@@ -64,7 +64,7 @@ async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamW
         writer.close()
 
 
-async def _read_request(reader: asyncio.StreamReader) -> Request | None:
+async def _read_request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Request | None:
     try:
         head = await reader.readuntil(b"\r\n\r\n")
     except asyncio.IncompleteReadError as error:
@@ -88,6 +88,8 @@ async def _read_request(reader: asyncio.StreamReader) -> Request | None:
         if not sep:
             raise BadRequest("malformed header line")
         headers[name.strip().lower()] = value.strip()
+    if headers.get("expect", "").lower() == "100-continue":  # curl asks before bodies over 1 KB
+        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
     if "chunked" in headers.get("transfer-encoding", "").lower():
         body = await _read_chunked(reader)
     else:

@@ -6,7 +6,7 @@ import asyncio
 import random
 from typing import Any
 
-from proxy.address import format_address, resolve_listen, split_address
+from proxy.address import format_address, resolve_host, resolve_listen, split_address
 from proxy.errors import ApiError
 from proxy.link import Connection
 from proxy.toxics import STREAMS, Toxic
@@ -45,6 +45,7 @@ class Proxy:
         if self.enabled:
             return
         host, port = split_address(self.listen, "listen tcp")
+        host = resolve_host(host)  # one address: "localhost" would otherwise bind 127.0.0.1 and ::1 apart
         try:
             server = await asyncio.start_server(self._accept, host, port, reuse_address=True)
         except OSError as error:

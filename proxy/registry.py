@@ -8,6 +8,7 @@ interleave half-done chain changes.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,8 @@ from typing import Any
 from proxy.errors import PROXY_EXISTS, PROXY_NOT_FOUND, TOXIC_NOT_FOUND, ApiError, bad_request_body, missing_field
 from proxy.proxy import Proxy
 from proxy.toxics import Toxic, json_text, parse_new_toxic, parse_toxic_update
+
+log = logging.getLogger("proxy")
 
 
 @dataclass
@@ -49,6 +52,7 @@ class Registry:
         if fields.enabled:
             await proxy.start()
         self.proxies[proxy.name] = proxy
+        log.info("proxy %s created: %s -> %s%s", proxy.name, proxy.listen, proxy.upstream, "" if proxy.enabled else " (disabled)")
         return proxy
 
     async def populate(self, body: Any) -> tuple[list[Proxy], ApiError | None]:
@@ -82,6 +86,7 @@ class Registry:
         if fields.enabled:
             await proxy.start()
         self.proxies[proxy.name] = proxy
+        log.info("proxy %s populated: %s -> %s%s", proxy.name, proxy.listen, proxy.upstream, "" if proxy.enabled else " (disabled)")
         return proxy
 
     async def update(self, name: str, body: Any) -> Proxy:
@@ -96,23 +101,27 @@ class Registry:
             await proxy.start()
         elif not fields.enabled and proxy.enabled:
             await proxy.stop()
+        log.info("proxy %s updated: %s -> %s, %s", proxy.name, proxy.listen, proxy.upstream, "enabled" if proxy.enabled else "disabled")
         return proxy
 
     async def delete(self, name: str) -> None:
         proxy = self.get(name)
         await proxy.stop()
         del self.proxies[name]
+        log.info("proxy %s deleted", name)
 
     async def reset(self) -> None:
         """Enable every proxy and remove every toxic."""
         for proxy in list(self.proxies.values()):
             await proxy.start()
             await proxy.remove_all_toxics()
+        log.info("reset: every proxy enabled, every toxic removed")
 
     async def add_toxic(self, proxy_name: str, body: Any) -> Toxic:
         proxy = self.get(proxy_name)
         toxic = parse_new_toxic(body, {toxic.name for toxic in proxy.toxic_list()})
         proxy.add_toxic(toxic)
+        log.info("proxy %s: toxic %s added: %s", proxy.name, toxic.name, toxic.to_json())
         return toxic
 
     def get_toxic(self, proxy_name: str, toxic_name: str) -> Toxic:
@@ -126,11 +135,13 @@ class Registry:
         toxic = self.get_toxic(proxy_name, toxic_name)
         attributes, toxicity = parse_toxic_update(toxic, body)
         await proxy.update_toxic(toxic, attributes, toxicity)
+        log.info("proxy %s: toxic %s updated: %s", proxy.name, toxic.name, toxic.to_json())
         return toxic
 
     async def remove_toxic(self, proxy_name: str, toxic_name: str) -> None:
         proxy = self.get(proxy_name)
         await proxy.remove_toxic(self.get_toxic(proxy_name, toxic_name))
+        log.info("proxy %s: toxic %s removed", proxy.name, toxic_name)
 
     async def close(self) -> None:
         """Stop every proxy (listeners and connections), for shutdown."""

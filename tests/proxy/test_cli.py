@@ -77,6 +77,7 @@ def test_serves_until_a_signal_then_closes_everything(start_proxy, echo_server, 
     out, err = served.process.communicate(timeout=30)
     assert served.process.returncode == 0, err
     assert "stopped" in out
+    assert "proxy echo created: " in err  # every change is logged to stderr
     with sock:
         assert recv_until_closed(sock)[0] == b""
     for address in (listen, f"{served.host}:{served.port}"):

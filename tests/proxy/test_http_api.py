@@ -236,3 +236,31 @@ def test_keep_alive_connection_serves_several_requests(proxy_server):
             while len(body) < length:
                 body += sock.recv(4096)
             assert header.startswith(b"HTTP/1.1 200 OK") and json.loads(body) == {"version": VERSION}
+
+
+def test_a_host_name_listens_on_one_address(proxy_server, echo_server):
+    reply = call(proxy_server, "POST", "/proxies", {"name": "named", "listen": "localhost:0", "upstream": echo_server.address})
+    assert reply.status == 201
+    host, port = reply.json()["listen"].rsplit(":", 1)
+    assert host in ("127.0.0.1", "[::1]") and int(port) > 0
+    with connect(reply.json()["listen"]) as sock:
+        round_trip_s(sock)
+
+
+def test_expect_100_continue(proxy_server, echo_server):
+    """curl sends `Expect: 100-continue` before bodies over 1 KB and waits for the go-ahead."""
+    body = json.dumps([{"name": f"p{i}", "listen": "127.0.0.1:0", "upstream": echo_server.address, "enabled": False}
+                       for i in range(20)]).encode()
+    assert len(body) > 1024
+    with socket.create_connection((proxy_server.host, proxy_server.port), timeout=20) as sock:
+        sock.sendall(b"POST /populate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body))
+        interim = b""
+        while b"\r\n\r\n" not in interim:
+            interim += sock.recv(4096)
+        assert interim.startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
+        sock.sendall(body)
+        answer = interim.split(b"\r\n\r\n", 1)[1]
+        while b"201 Created" not in answer:
+            answer += sock.recv(4096)
+    assert len(call(proxy_server, "GET", "/proxies").json()) == 20

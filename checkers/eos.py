@@ -5,8 +5,11 @@ output records (their `send` rows) in one transaction: ok = committed, fail = ab
 unknown. The verifier's ok `poll` op read both topics to their end with read_committed; its
 rows in input keys are the input's committed records, the rest the visible output. Input keys
 are the keys producers sent to or copies polled; every other key the verifier read is output.
-Producers write values unique across the input, and copies copy values unchanged, so a value
-names its input record in the output.
+Producers write values unique across the input. A copy writes input value v as
+`v << COPY_ID_BITS | copy id` (the id unique per copy op), so every copy's records are
+distinct values: the per-key checks of the output keep their meaning (a value twice in a
+partition is a duplicate append, not two copies), and `value >> COPY_ID_BITS` names the
+input record an output record copies.
 
   eos-missing    an input value (acknowledged, or read from the input by the verifier) that
                  is nowhere in the visible output
@@ -37,6 +40,7 @@ from checkers.frames import RUN
 from checkers.result import CheckerError, Witness
 
 MAX_WITNESSES = 8
+COPY_ID_BITS = 20  # the history contract of workloads/eos.py
 MAX_LISTED = 8  # ops or records listed in one witness
 ANOMALIES = ("eos-missing", "eos-duplicate", "G1a", "eos-partial")
 
@@ -84,7 +88,8 @@ def check(history: DataFrame, runs: list[str]) -> tuple[dict[str, dict[str, tupl
              .groupBy(RUN, "key", "offset", "value").agg(F.min("op_index").alias("reader")))
     input_keys = input_sends.select(RUN, "key").unionByName(copy_polls.select(RUN, "key")).distinct()
     seen_in = reads.join(F.broadcast(input_keys), [RUN, "key"], "left_semi")
-    seen_out = reads.join(F.broadcast(input_keys), [RUN, "key"], "left_anti")
+    seen_out = (reads.join(F.broadcast(input_keys), [RUN, "key"], "left_anti")
+                .withColumn("source", F.shiftright("value", COPY_ID_BITS)))
     op_type = F.array(F.col("op_index").cast("string"), F.col("type"))
 
     # Every input value: acknowledged by its producer, or read from the input by the verifier.
@@ -96,11 +101,11 @@ def check(history: DataFrame, runs: list[str]) -> tuple[dict[str, dict[str, tupl
                .select(RUN, "value", "producer", F.coalesce("in_key", "v_key").alias("in_key"),
                        F.coalesce("in_offset", "v_offset").alias("in_offset"),
                        F.coalesce("n_in", F.lit(0)).alias("n_in")))
-    out_count = (seen_out.groupBy(RUN, "value")
+    out_count = (seen_out.groupBy(RUN, F.col("source").alias("value"))
                  .agg(F.count(F.lit(1)).alias("n_out"),
                       F.slice(F.array_sort(F.collect_list(F.array("key", "offset"))), 1, MAX_LISTED).alias("output")))
     consumed = copy_polls.groupBy(RUN, "value").agg(F.collect_list(op_type).alias("consumed_by"))
-    produced = copy_sends.groupBy(RUN, "value").agg(F.collect_list(op_type).alias("copied_by"))
+    produced = copy_sends.groupBy(RUN, F.shiftright("value", COPY_ID_BITS).alias("value")).agg(F.collect_list(op_type).alias("copied_by"))
     per_value = (sources.join(out_count, [RUN, "value"], "left")
                  .withColumn("n_out", F.coalesce("n_out", F.lit(0)))
                  .join(consumed, [RUN, "value"], "left").join(produced, [RUN, "value"], "left"))

@@ -14,8 +14,12 @@ restarted copier does in Kafka's test). One copy op is one transaction:
     send_offsets_to_transaction(next offset per input partition, the group's metadata)
     commit_transaction
 
-Output partition p is key `partitions + p`. Values are copied unchanged, so "exactly once"
-reads as: every input value appears once in the output. Copier crashes (crash_p per copy op)
+Output partition p is key `partitions + p`. Input values are unique across the input (one
+count per producer thread), and a copy writes input value v as `v << 20 | copy id`
+(COPY_ID_BITS in workloads/clients/eos.py; the id is unique per copy op), so "exactly once"
+reads as: every input value appears once in the output, decoded; and the per-key checks of an
+output partition still mean what they say (a value twice is a duplicate append, not two
+copies). Copier crashes (crash_p per copy op)
 come in two kinds, drawn evenly: a crash between transactions (the consumer leaves the group,
 its partitions move: a rebalance) and a crash inside one, after producing and sending the
 offsets but before committing (the transaction stays open until the next process of that
@@ -32,7 +36,7 @@ History (contract with the checkers, checkers/eos.py):
   {"f": "send", "value": [["send", k, [offset, v]]]}          a producer's input write,
                                                               exactly like the queue workload
   {"f": "copy", "value": [["poll", {"<k>": [[offset, v], ...]}],
-                          ["send", k', [offset, v]], ...]}      one copy transaction: the input
+                          ["send", k', [offset, v << 20 | id]], ...]}  one copy transaction: the input
         records it consumed and the output records it produced (offset null if unknown).
         ok = committed; fail = definitely not committed (aborted, or never asked to commit:
         the coordinator aborts it); info = the commit's outcome is unknown. An ok copy that

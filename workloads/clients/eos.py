@@ -22,6 +22,7 @@ the partition, which starts from the group's committed offset).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from typing import Any
@@ -43,6 +44,10 @@ COMMIT_DEADLINE_S = 20.0
 DELIVERY_DEADLINE_S = 12.0  # message.timeout.ms (10 s) and a margin: every report arrives by then
 VERIFY_SETTLE_S = 30.0  # how long the verifier waits for open transactions to end
 VERIFY_READ_S = 60.0  # and for the read of both topics to reach their ends
+# A copy writes input value v as `v << COPY_ID_BITS | copy id` (workloads/eos.py's history
+# contract; checkers/eos.py decodes it): every copy's records are distinct values.
+COPY_ID_BITS = 20
+_copy_ids = itertools.count(1)  # shared by every client of the run: ids unique in the run
 # Consumer events about connections: librdkafka reconnects by itself.
 _TRANSIENT = (KafkaError._PARTITION_EOF, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE,
               KafkaError.NETWORK_EXCEPTION)
@@ -212,13 +217,15 @@ class EosClient:
         """Produce every record to the output and wait for every report; the sends made, in
         order. Raises _Abort on the first failed report."""
         reports: list[tuple[KafkaError | None, Any] | None] = [None] * len(records)
+        copy_id = next(_copy_ids) % (1 << COPY_ID_BITS)
+        values = [int(msg.value()) << COPY_ID_BITS | copy_id for msg in records]
 
         def on_delivery(i: int):
             return lambda err, msg: reports.__setitem__(i, (err, msg))
 
         for i, msg in enumerate(records):
-            producer.produce(self.output_topic, value=msg.value(), key=msg.key(), partition=msg.partition(),
-                             on_delivery=on_delivery(i))
+            producer.produce(self.output_topic, value=str(values[i]).encode(), key=msg.key(),
+                             partition=msg.partition(), on_delivery=on_delivery(i))
         deadline = time.monotonic() + DELIVERY_DEADLINE_S
         while any(r is None for r in reports):
             remaining = deadline - time.monotonic()
@@ -226,13 +233,13 @@ class EosClient:
                 raise _Abort(Outcome("fail", "delivery-timeout"))
             producer.poll(min(remaining, 0.05))
         sends = []
-        for msg, report in zip(records, reports):
+        for msg, value, report in zip(records, values, reports):
             err, out = report  # type: ignore[misc]
             if err is not None:
                 raise _Abort(classify(err))
             offset = out.offset()
             sends.append(["send", self.keys.output_key(msg.partition()),
-                          [offset if offset is not None and offset >= 0 else None, int(msg.value())]])
+                          [offset if offset is not None and offset >= 0 else None, value]])
         return sends
 
     def _next_offsets(self, records: list[Any]) -> list[TopicPartition]:

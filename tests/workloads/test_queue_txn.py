@@ -85,6 +85,26 @@ def test_txn_client_defaults_follow_jepsen_within_librdkafkas_rules():
     assert "transaction.timeout.ms" not in queue.default_client_config({})
 
 
+def test_each_process_gets_its_own_transactional_id():
+    from harness.spec import RunSpec
+
+    spec = RunSpec(name="q", workload="queue", seed=1, brokers=3, concurrency=5,
+                   client_config=queue.default_client_config({"txn": "true"}),
+                   workload_options={"txn": "true", "topic_prefix": "pfx"})
+    workload = queue.build(spec, "127.0.0.1:9")  # nothing connects until an op runs
+    clients = [workload.open_client(p) for p in (3, 8)]  # process 8 succeeds retired process 3
+    try:
+        assert [c.transactional_id for c in clients] == ["logquake-txn-pfx-3", "logquake-txn-pfx-8"]
+        assert all(isinstance(c, TxnQueueClient) for c in clients)
+    finally:
+        for c in clients:
+            c.close()
+    plain = queue.build(RunSpec(name="q", workload="queue", seed=1, brokers=3, concurrency=5,
+                                client_config=queue.default_client_config({})), "127.0.0.1:9").open_client(0)
+    assert not isinstance(plain, TxnQueueClient)
+    plain.close()
+
+
 def test_bounded_returns_raises_or_gives_up_on_a_call_that_does_not_return(monkeypatch):
     import threading
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from typing import Any, Awaitable, Callable
 from urllib.parse import unquote
 
@@ -85,6 +86,12 @@ class Api:
         self.registry = registry
 
     async def handle(self, request: Request) -> Response:
+        response = await self._route(request)
+        # Toxiproxy tags every answer with a request id (its logs carry the same id).
+        response.headers["X-Toxiproxy-Request-Id"] = uuid.uuid4().hex[:20]
+        return response
+
+    async def _route(self, request: Request) -> Response:
         if request.headers.get("user-agent", "").startswith("Mozilla/"):
             return Response(403, b"User agent not allowed\n", TEXT, {"X-Content-Type-Options": "nosniff"})
         path = unquote(request.target.split("?", 1)[0])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 from typing import Any
 
@@ -49,7 +50,8 @@ class Proxy:
         try:
             server = await asyncio.start_server(self._accept, host, port, reuse_address=True)
         except OSError as error:
-            reason = error.strerror or str(error)
+            # asyncio's message wraps the system's; Toxiproxy shows Go's `listen tcp ADDR: bind: REASON`.
+            reason = os.strerror(error.errno) if error.errno else str(error)
             raise ApiError(f"listen tcp {format_address(host, port)}: bind: {reason.lower()}", 500) from None
         sockname = server.sockets[0].getsockname()
         self.listen = format_address(sockname[0], sockname[1])

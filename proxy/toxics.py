@@ -28,6 +28,8 @@ inside the chunk.
 
 from __future__ import annotations
 
+import asyncio
+import json
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
@@ -147,14 +149,12 @@ def _json_type(value: Any) -> str:
 
 
 def json_text(value: Any) -> str:
-    import json
     return json.dumps(value)
 
 
 # ---- the pipes ----
 
 async def _latency(stage: Stage) -> None:
-    loop_time = _loop_time
     latency_ms, jitter_ms = stage.toxic.attr("latency"), stage.toxic.attr("jitter")
     while True:
         item = await stage.recv()
@@ -165,7 +165,7 @@ async def _latency(stage: Stage) -> None:
         delay_ms = latency_ms
         if jitter_ms > 0:
             delay_ms += stage.rng.randrange(2 * jitter_ms) - jitter_ms
-        wait_s = delay_ms / 1000 - (loop_time() - item.read_at_s)
+        wait_s = delay_ms / 1000 - (_loop_time() - item.read_at_s)
         try:
             await stage.sleep(wait_s)
         except Interrupted:
@@ -327,7 +327,6 @@ async def _limit_data(stage: Stage) -> None:
 
 
 def _loop_time() -> float:
-    import asyncio
     return asyncio.get_running_loop().time()
 
 

@@ -21,6 +21,7 @@ class Reply:
     status: int
     content_type: str
     body: bytes
+    request_id: str = ""
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -32,9 +33,10 @@ def call(server: ProxyServer, method: str, path: str, body: Any = None, raw: byt
     request = urllib.request.Request(server.url + path, data=data, method=method, headers=headers or {})
     try:
         with urllib.request.urlopen(request, timeout=SOCKET_TIMEOUT_S) as response:
-            return Reply(response.status, response.headers.get("Content-Type", ""), response.read())
+            return Reply(response.status, response.headers.get("Content-Type", ""), response.read(),
+                         response.headers.get("X-Toxiproxy-Request-Id", ""))
     except urllib.error.HTTPError as error:
-        return Reply(error.code, error.headers.get("Content-Type", ""), error.read())
+        return Reply(error.code, error.headers.get("Content-Type", ""), error.read(), error.headers.get("X-Toxiproxy-Request-Id", ""))
 
 
 def create_proxy(server: ProxyServer, name: str, upstream: str, **fields: Any) -> str:

@@ -18,6 +18,7 @@ from tests.proxy.helpers import add_toxic, call, connect, create_proxy, recv_unt
 
 def test_version(proxy_server):
     reply = call(proxy_server, "GET", "/version")
+    assert len(reply.request_id) == 20
     assert reply.status == 200
     assert reply.content_type == "application/json;charset=utf-8"
     assert reply.json() == {"version": VERSION}
@@ -73,7 +74,10 @@ def test_proxy_errors(proxy_server, echo_server):
     # A listen address that cannot be bound is Toxiproxy's 500 (an error without a status of its own).
     taken = call(proxy_server, "GET", "/proxies/echo").json()["listen"]
     busy = call(proxy_server, "POST", "/proxies", {"name": "busy", "listen": taken, "upstream": echo_server.address})
-    assert busy.status == 500 and "address already in use" in busy.json()["error"]
+    assert busy.status == 500
+    assert busy.json()["error"] == f"listen tcp {taken}: bind: address already in use"  # Go's words
+    bad_listen = call(proxy_server, "POST", "/proxies", {"name": "bad", "listen": "local373", "upstream": echo_server.address})
+    assert (bad_listen.status, bad_listen.json()["error"]) == (500, "listen tcp: address local373: missing port in address")
     assert "busy" not in call(proxy_server, "GET", "/proxies").json()
 
 
@@ -264,3 +268,17 @@ def test_expect_100_continue(proxy_server, echo_server):
         while b"201 Created" not in answer:
             answer += sock.recv(4096)
     assert len(call(proxy_server, "GET", "/proxies").json()) == 20
+
+
+def test_populate_stops_at_the_first_proxy_it_cannot_start(proxy_server, echo_server):
+    """As Toxiproxy: what came before stays, the error is answered with what was done."""
+    reply = call(proxy_server, "POST", "/populate", [
+        {"name": "one", "listen": "127.0.0.1:0", "upstream": echo_server.address},
+        {"name": "two", "listen": "local373", "upstream": echo_server.address},
+        {"name": "three", "listen": "127.0.0.1:0", "upstream": echo_server.address},
+    ])
+    assert reply.status == 500
+    body = reply.json()
+    assert body["error"] == "listen tcp: address local373: missing port in address" and body["status"] == 500
+    assert [p["name"] for p in body["proxies"]] == ["one"]
+    assert sorted(call(proxy_server, "GET", "/proxies").json()) == ["one"]

@@ -312,3 +312,17 @@ def test_random_histories_find_anomalies(results):
     # The oracle comparison is only worth something if the random histories are not all clean.
     kinds = {a.name for n in CASES if n.startswith("random-") for a in results[n].anomalies}
     assert {"eos-missing", "eos-duplicate", "G1a", "eos-partial"} <= kinds
+
+
+def test_eos_spec_claims_exactly_once_unless_txn_false():
+    from checkers.claims import claims_for
+
+    spec = {"workload": "eos", "brokers": 3, "client_config": {"acks": "all", "isolation.level": "read_committed"}}
+    inputs = ClaimInputs.from_spec_json(spec)
+    assert inputs.transactional
+    assert {c.name: c.holds for c in claims_for(inputs)}["exactly-once"]
+    plain = ClaimInputs.from_spec_json({**spec, "workload_options": {"txn": "false"}})
+    assert not plain.transactional
+    assert not {c.name: c.holds for c in claims_for(plain)}["exactly-once"]
+    uncommitted = ClaimInputs.from_spec_json({**spec, "client_config": {"isolation.level": "read_uncommitted"}})
+    assert not {c.name: c.holds for c in claims_for(uncommitted)}["exactly-once"]

@@ -107,7 +107,8 @@ class ClaimInputs:
             commit_mode = "at-least-once"
         sub_via_raw = options.get("sub_via", ["subscribe"] if workload == "delivery" else ["assign"])
         if isinstance(sub_via_raw, str):
-            sub_via_raw = [sub_via_raw]
+            # The command line's text form, as the workloads read it: a comma list.
+            sub_via_raw = [part.strip() for part in sub_via_raw.split(",") if part.strip()]
         sub_via = tuple(str(s) for s in sub_via_raw)
         for s in sub_via:
             if s not in ("assign", "subscribe"):

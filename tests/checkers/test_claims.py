@@ -203,3 +203,12 @@ def test_transaction_claims_follow_txn_and_the_isolation_level(txn, isolation, t
     made = holds(inputs)
     assert made["no-aborted-reads"] is no_aborted_reads and made["transaction-isolation"] is isolated
     assert classify("G1a", inputs, claims_for(inputs))[0] is not no_aborted_reads
+
+
+def test_sub_via_is_read_as_the_workloads_read_it_a_comma_list():
+    both = ClaimInputs.from_spec_json({"workload_options": {"sub_via": "assign, subscribe"}})
+    assert both.sub_via == ("assign", "subscribe")
+    assert classify("poll-skip", both, claims_for(both))[0]  # rebalances move positions
+    assert ClaimInputs.from_spec_json({"workload_options": {"sub_via": "assign"}}).sub_via == ("assign",)
+    with pytest.raises(ClaimInputError, match="sub_via"):
+        ClaimInputs.from_spec_json({"workload_options": {"sub_via": "assign,poll"}})

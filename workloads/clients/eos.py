@@ -13,7 +13,10 @@ Outcomes of a copy follow workloads/clients/txn.py's rule: before commit_transac
 called nothing can commit the transaction, so an error there is a definite `fail` (we abort;
 if the abort fails the coordinator aborts it when this thread's next producer fences the id
 or the transaction times out). A crash inside the transaction (`extra.crash`) abandons it the
-same way. Only the commit can leave the outcome open: retriable commit errors are retried for
+same way. Every transactional call runs bounded (workloads/clients/txn.py: librdkafka's
+send_offsets_to_transaction can block past its timeout with the group coordinator down): one
+that hangs abandons the producer and ends the process, the op `fail` unless the hung call was
+the commit. Only the commit can leave the outcome open: retriable commit errors are retried for
 COMMIT_DEADLINE_S, one that requires an abort is `fail` once the abort succeeds, anything else
 is `info`. A copy that is not ok seeks the consumer back to the first offset it polled in
 every partition, so those records are copied again (by this copier, or by the next owner of
@@ -35,6 +38,7 @@ from workloads.clients.confluent import (
     producer_config,
 )
 from workloads.clients.errors import Outcome, classify, describe
+from workloads.clients.txn import TxnCallHung, bounded
 
 log = logging.getLogger("logquake.client.eos")
 
@@ -105,6 +109,7 @@ class EosClient:
         self._sender: Sender | None = None  # the input producer
         self._producer: Producer | None = None  # the copier's producer
         self._ready = False  # init_transactions succeeded on _producer
+        self._hung = False  # a transactional call of _producer did not return
         self._consumer: Consumer | None = None
         self._rebalance_log: list[dict[str, Any]] = []
 
@@ -158,11 +163,29 @@ class EosClient:
             self._ready = self.transactional_id is None
         if not self._ready:
             # Fences this thread's earlier producer and aborts the transaction it left open.
-            self._producer.init_transactions(INIT_TIMEOUT_S)
+            producer = self._producer
+            self._call(lambda: producer.init_transactions(INIT_TIMEOUT_S), INIT_TIMEOUT_S, "init_transactions")
             self._ready = True
         return self._producer
 
+    def _call(self, call: Any, timeout_s: float, what: str) -> Any:
+        try:
+            return bounded(call, timeout_s, what)
+        except TxnCallHung:
+            log.warning("%s: %s hung; abandoning the producer", self.transactional_id, what)
+            self._hung = True
+            raise
+
     def _copy(self, invocation: Invocation) -> Completion:
+        completion = self._copy_(invocation)
+        if self._hung:
+            # The producer is stuck inside librdkafka: drop it (never touch it again) and end
+            # the process; the thread's next copier fences its transactional.id.
+            self._producer, self._ready, self._hung = None, False, False
+            completion = Completion(completion.type, completion.value, completion.error, completion.extra, True)
+        return completion
+
+    def _copy_(self, invocation: Invocation) -> Completion:
         try:
             producer = self._producer_()
         except (KafkaException, RuntimeError) as exc:
@@ -194,13 +217,15 @@ class EosClient:
             return self._copy_plain(producer, consumer, records, value)
         try:
             try:
-                producer.begin_transaction()
+                self._call(producer.begin_transaction, CALL_TIMEOUT_S, "begin_transaction")
             except (KafkaException, RuntimeError) as exc:
                 raise _Abort(describe(exc)) from None
             value += self._produce(producer, records)
             offsets = self._next_offsets(records)
             try:
-                producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), CALL_TIMEOUT_S)
+                metadata = consumer.consumer_group_metadata()
+                self._call(lambda: producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT_S),
+                           CALL_TIMEOUT_S, "send_offsets_to_transaction")
             except (KafkaException, RuntimeError) as exc:
                 raise _Abort(describe(exc)) from None
             if invocation.extra.get("crash") == "before-commit":
@@ -252,7 +277,7 @@ class EosClient:
         deadline = time.monotonic() + COMMIT_DEADLINE_S
         while True:
             try:
-                producer.commit_transaction(CALL_TIMEOUT_S)
+                self._call(lambda: producer.commit_transaction(CALL_TIMEOUT_S), CALL_TIMEOUT_S, "commit_transaction")
                 return Completion("ok", value)
             except (KafkaException, RuntimeError) as exc:
                 err = _kafka_error(exc)
@@ -267,9 +292,9 @@ class EosClient:
 
     def _aborted(self, producer: Producer, value: list, cause: Outcome, *, committing: bool = False) -> Completion:
         try:
-            if cause.end_process:
-                raise RuntimeError("fatal error: the producer cannot abort")
-            producer.abort_transaction(CALL_TIMEOUT_S)
+            if cause.end_process or self._hung:
+                raise RuntimeError("the producer cannot abort: " + ("a call hung" if self._hung else "fatal error"))
+            self._call(lambda: producer.abort_transaction(CALL_TIMEOUT_S), CALL_TIMEOUT_S, "abort_transaction")
         except (KafkaException, RuntimeError) as exc:
             abort_error = describe(exc).error
             # Asked to commit, and neither the commit nor the abort is known to have landed:

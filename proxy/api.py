@@ -24,6 +24,7 @@ and a browser's User-Agent (`Mozilla/...`) 403, Toxiproxy's guard against cross-
 from __future__ import annotations
 
 import json
+import logging
 import re
 import uuid
 from typing import Any, Awaitable, Callable
@@ -35,6 +36,8 @@ from proxy.registry import Registry
 
 # The Toxiproxy release whose API this serves; the build suffix says it is not Toxiproxy itself.
 VERSION = "2.12.0+logquake"
+
+log = logging.getLogger("proxy")
 
 JSON = "application/json"
 TEXT = "text/plain; charset=utf-8"
@@ -107,6 +110,9 @@ class Api:
                     return await route(self, request, match.groupdict())
             except ApiError as error:
                 return error_response(error)
+            except Exception as error:  # Toxiproxy answers an error without a status of its own with 500
+                log.exception("%s %s failed", request.method, path)
+                return error_response(ApiError(f"{type(error).__name__}: {error}", 500))
         return Response(404, b"404 page not found\n", TEXT, {"X-Content-Type-Options": "nosniff"})
 
     # ---- proxies ----

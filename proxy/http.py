@@ -60,6 +60,10 @@ async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamW
                 return
     except (ConnectionError, OSError):
         return
+    except asyncio.CancelledError:
+        # The server is closing. Ending normally matters: asyncio's stream callback calls
+        # exception() on this task, which raises (and is logged) for a cancelled one.
+        return
     finally:
         writer.close()
 

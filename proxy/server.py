@@ -47,8 +47,10 @@ class RunningApi:
 
     async def close(self) -> None:
         self._server.close()
-        for task in list(self._connections):
+        requests = list(self._connections)
+        for task in requests:
             task.cancel()
+        await asyncio.gather(*requests, return_exceptions=True)
         await self.registry.close()
         await self._server.wait_closed()
 

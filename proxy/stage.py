@@ -55,7 +55,9 @@ class Stage:
             return
         self._interrupted = True
         self._wake_up()
-        await asyncio.shield(task)
+        # asyncio.wait, not await: a stage cancelled meanwhile (its connection closed) is as good
+        # as stopped, and must not cancel the API request waiting here.
+        await asyncio.wait([task])
 
     def cancel(self) -> None:
         if self._task is not None and not self._task.done():

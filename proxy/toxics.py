@@ -21,9 +21,12 @@ README does not spell out:
 - limit_data: the connection closes once `bytes` bytes have passed in this direction.
 - noop: passes everything.
 
-Departures, all where Toxiproxy would crash a goroutine or loop forever: a negative rate
-holds data like 0; a slicer `average_size` below 1 counts as 1 and its split point stays
-inside the chunk.
+Departures from Toxiproxy: where it would crash a goroutine or loop forever, a negative rate
+holds data like 0, and a slicer `average_size` below 1 counts as 1 with its split point kept
+inside the chunk; reset_peer always resets with RST (Toxiproxy sets SO_LINGER 0 only on
+connections that started with the toxic in place); removing a timeout toxic closes only the
+connections it applied to; toxicity is drawn when a toxic starts on a connection and when it
+is updated (Toxiproxy also draws again for a toxic whose neighbour in the chain changed).
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@ of the bundled cluster, with the fault mix named for it, and the verdict of the 
 the safe cluster (switch off), which must be valid.
 
     python -m bench.bench_detection [--runs 5] [--safe-runs 1] [--time-limit 60] [--switch NAME ...] [--seed 1000]
+                                    [--results-dir DIR]
 
 For each switch (SWITCHES below: the setting, the `logquake test` arguments that expose it,
 and the anomalies its loss shows as), it runs `logquake test` with the switch on and seeds
@@ -11,7 +12,7 @@ then `--safe-runs` runs of the same mix and seeds with the switch off (min ISR: 
 prints one row per switch: runs to detection (or "not in N"), the anomalies found and
 whether the claims allowed them, and the safe cluster's verdict. Runs are real processes on
 the bundled cluster (the CLI a user runs, in a subprocess); results go to a temporary
-directory that is removed.
+directory that is removed, or are kept under `--results-dir` (each run's directory is printed).
 
 Each run takes 80-140 s (60 s of faults, the final read, the Spark check), so a pass over
 the five switches takes about 15 minutes when each is found in its first run, and up to an
@@ -76,12 +77,16 @@ SWITCHES = (
            "fetched them back (a partition can keep it from the new leader while it stays in the ISR), and the "
            "acknowledged records are gone"),
     Switch("fetch.read.past.high.watermark=true",
-           ("--nemesis", "partition", "--nemesis-interval", "15",
+           ("--nemesis", "partition", "--nemesis-interval", "10", "--nemesis-option", "partition_targets=primary",
+            "--client-config", "isolation.level=read_uncommitted",
             "--cluster-config", "broker.session.timeout.ms=3000", "--cluster-config", "broker.heartbeat.interval.ms=1000"),
            LOSS,
-           "a partition cuts a leader off from the other brokers and the controller but not from the clients: its "
-           "acks=all writes wait and its high watermark stands still while consumers read past it; after the 3 s "
-           "session timeout a follower is elected without those records and gives their offsets to other values"),
+           "every partition fault isolates the broker leading the most tested partitions from the other brokers and "
+           "the controller, but not from the clients: its acks=all writes wait and its high watermark stands still "
+           "while consumers read past it; after the 3 s session timeout the majority elects a follower without those "
+           "records, which gives their offsets to other values. The consumers read uncommitted: a read_committed "
+           "fetch (the workloads' default, as Jepsen's) stops at the last stable offset, which never passes the high "
+           "watermark, so the switch cannot show"),
 )
 
 
@@ -117,8 +122,8 @@ def measure(switch: Switch, runs: int, safe_runs: int, time_limit: float, seed: 
                        f"on-{switch.setting.split('=')[0]}-{i}")
         verdicts.append(out.verdict)
         hits = {name: allowed for name, allowed in out.found.items() if name in switch.anomalies}
-        print(f"  {switch.setting} seed {seed + i}: {out.verdict}, {sorted(out.found)} ({time.monotonic() - started:.0f} s)",
-              flush=True)
+        print(f"  {switch.setting} seed {seed + i}: {out.verdict}, {sorted(out.found)} ({time.monotonic() - started:.0f} s, "
+              f"{out.run_dir})", flush=True)
         if hits:
             detected_at, found = i + 1, hits
             break
@@ -127,7 +132,7 @@ def measure(switch: Switch, runs: int, safe_runs: int, time_limit: float, seed: 
     for i in range(safe_runs):
         safe_args = ["--cluster-config", switch.safe_setting] if switch.safe_setting else []
         safe = run_once([*base, "--seed", str(seed + i), *safe_args], results_dir, f"off-{switch.setting.split('=')[0]}-{i}")
-        print(f"  safe cluster, seed {seed + i}: {safe.verdict}, {sorted(safe.found)}", flush=True)
+        print(f"  safe cluster, seed {seed + i}: {safe.verdict}, {sorted(safe.found)} ({safe.run_dir})", flush=True)
         safe_verdicts.append(safe.verdict)
         safe_found |= set(safe.found)
     # The safe cluster's verdict is the worst of its runs: one invalid run is a bug to chase.
@@ -145,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1000, help="first seed (default 1000)")
     parser.add_argument("--switch", action="append", default=[], help="only this setting name (repeatable)")
     parser.add_argument("--json", default=None, help="also write the rows to this file")
+    parser.add_argument("--results-dir", default=None,
+                        help="keep every run's directory here (default: a temporary directory, removed)")
     opts = parser.parse_args(argv)
     chosen = [s for s in SWITCHES if not opts.switch or s.setting.split("=")[0] in opts.switch]
     if not chosen:
@@ -152,9 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load at start: {Path('/proc/loadavg').read_text().split()[:3]}", flush=True)
     rows = []
     with tempfile.TemporaryDirectory(prefix="logquake-detection-") as tmp:
+        results_dir = Path(opts.results_dir) if opts.results_dir else Path(tmp)
         for switch in chosen:
             print(f"== {switch.setting}: {' '.join(switch.mix)}", flush=True)
-            rows.append(measure(switch, opts.runs, opts.safe_runs, opts.time_limit, opts.seed, Path(tmp)))
+            rows.append(measure(switch, opts.runs, opts.safe_runs, opts.time_limit, opts.seed, results_dir))
     print(f"load at end: {Path('/proc/loadavg').read_text().split()[:3]}")
     print(f"{'switch':42} {'runs to detection':18} {'anomalies (allowed?)':48} safe cluster")
     for row in rows:

@@ -349,3 +349,32 @@ def test_chain_changes_under_load_lose_no_byte(proxy_server, echo):
             thread.join(60)
     assert failures == []
     assert not any(thread.is_alive() for thread in threads)
+
+
+def test_stopping_the_server_releases_every_socket_and_thread(echo_server):
+    """50 live connections, some mid-toxic: after stop, the process has the sockets and threads it had before."""
+    import os
+    import threading
+
+    from proxy import ProxyServer
+
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    fds_before, threads_before = open_fds(), threading.active_count()
+    clients = []
+    with ProxyServer(port=0, seed=3) as server:
+        listen = create_proxy(server, "echo", echo_server.address)
+        add_toxic(server, "echo", "latency", stream="upstream", toxicity=0.5, latency=600_000)
+        for _ in range(50):
+            sock = connect(listen)
+            sock.sendall(b"x")
+            clients.append(sock)
+        time.sleep(0.5)
+    for sock in clients:
+        assert recv_until_closed(sock)[1] in ("eof", "reset")  # the proxy closed its side
+        sock.close()
+    deadline = time.monotonic() + 20
+    while (open_fds(), threading.active_count()) != (fds_before, threads_before) and time.monotonic() < deadline:
+        time.sleep(0.1)  # the echo server's threads notice their clients closing
+    assert (open_fds(), threading.active_count()) == (fds_before, threads_before)

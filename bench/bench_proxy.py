@@ -8,15 +8,21 @@ and through a proxy of a ProxyServer driven over its HTTP API:
 - round trips under latency 100 ms, and 100 ms ± 20 ms (min, p50, max);
 - the rate a bandwidth toxic of 1000 KB/s lets through one way.
 
-    .venv/bin/python bench/bench_proxy.py [--megabytes 64] [--trips 2000]
+By default the proxy runs in this process (ProxyServer, a thread: it shares the GIL with the
+client and the echo server); `--process` runs it as `python -m proxy` (`logquake proxy`).
+
+    .venv/bin/python bench/bench_proxy.py [--megabytes 64] [--trips 2000] [--process]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import re
 import socket
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -27,6 +33,26 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from proxy import ProxyServer  # noqa: E402
+
+
+class ProxyProcess:
+    """`python -m proxy --port 0` as a child process, with the same host/port/url as ProxyServer."""
+
+    def __enter__(self) -> "ProxyProcess":
+        self._process = subprocess.Popen([sys.executable, "-m", "proxy", "--port", "0", "--seed", "1"],
+                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        line = self._process.stdout.readline() if self._process.stdout else ""
+        match = re.search(r"http://([\d.]+):(\d+)", line)
+        if match is None:
+            self._process.kill()
+            raise RuntimeError(f"python -m proxy did not start: {line!r}")
+        self.host, self.port = match.group(1), int(match.group(2))
+        self.url = f"http://{self.host}:{self.port}"
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._process.terminate()
+        self._process.communicate(timeout=30)
 
 MB = 1_000_000
 WRITE_BYTES = 1 << 20
@@ -55,7 +81,7 @@ def echo_server() -> socket.socket:
     return listener
 
 
-def api(server: ProxyServer, method: str, path: str, body: object) -> dict:
+def api(server: ProxyServer | ProxyProcess, method: str, path: str, body: object) -> dict:
     request = urllib.request.Request(server.url + path, data=json.dumps(body).encode(), method=method)
     with urllib.request.urlopen(request, timeout=30) as response:
         return json.loads(response.read() or b"null")
@@ -120,11 +146,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--megabytes", type=int, default=64)
     parser.add_argument("--trips", type=int, default=2000)
+    parser.add_argument("--process", action="store_true", help="run the proxy as a separate process")
     args = parser.parse_args()
 
     listener = echo_server()
     direct = listener.getsockname()[:2]
-    with ProxyServer(port=0, seed=1) as server:
+    server_context: contextlib.AbstractContextManager = ProxyProcess() if args.process else ProxyServer(port=0, seed=1)
+    print(f"proxy: {'python -m proxy (its own process)' if args.process else 'ProxyServer (a thread of this process)'}")
+    with server_context as server:
         listen = api(server, "POST", "/proxies", {"name": "echo", "listen": "127.0.0.1:0",
                                                   "upstream": f"{direct[0]}:{direct[1]}"})["listen"]
         host, port = listen.rsplit(":", 1)

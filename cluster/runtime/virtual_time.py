@@ -70,6 +70,25 @@ class VirtualScheduler:
         heapq.heappush(self._timers, timer)
         return timer
 
+    def call_at_ns(self, deadline_ns: int, callback: Callable[[], None]) -> VirtualTimer:
+        """A timer at an absolute monotonic time (never in the past: at least now)."""
+        timer = VirtualTimer(max(deadline_ns, self.clock.monotonic_ns()), next(self._sequence), callback)
+        heapq.heappush(self._timers, timer)
+        return timer
+
+    def step(self) -> bool:
+        """Fire the earliest pending timer, moving the clock to its deadline; False when no
+        timer is pending. Lets another driver (the simulator's asyncio loop) interleave its
+        own work between events on the same timeline."""
+        while self._timers:
+            timer = heapq.heappop(self._timers)
+            if timer.cancelled:
+                continue
+            self.clock._advance_to(timer.deadline_ns)
+            timer.callback()
+            return True
+        return False
+
     @property
     def pending(self) -> int:
         return sum(1 for t in self._timers if not t.cancelled)

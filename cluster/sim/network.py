@@ -11,6 +11,11 @@ a request with no answer within its timeout fails and drops its connection, fail
 other request on it. A crashed node's connections are reset at once on both ends (the peer
 sees the connection lost, as after a SIGKILL); a partition silently drops messages between
 the two hosts in the blocked direction, so requests across it time out.
+
+Besides node-to-node requests (`send`, given kio bodies), the network carries byte streams
+for clients that bring their own protocol code (`connect_stream`: an unmodified Kafka client
+on the simulator's asyncio loop): their request frames are decoded and served by the same
+nodes, and the encoded answers come back as bytes.
 """
 
 from __future__ import annotations
@@ -24,7 +29,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cluster.broker.env import ClientInfo, Endpoint, OutboundResult, Reply, Response, Rng
-from cluster.protocol.codec import Request, RequestError, decode_request, decode_response, encode_request
+from cluster.protocol.codec import (Request, RequestError, UnsupportedVersionError, decode_request, decode_response, encode_request,
+                                    peek_header, unsupported_api_versions_response)
+from cluster.protocol.versions import ApiKey
 from cluster.runtime.virtual_time import VirtualScheduler, VirtualTimer
 
 log = logging.getLogger(__name__)
@@ -50,6 +57,8 @@ class _Call:
     frame: bytes
     on_done: Callable[[OutboundResult], None]
     timer: VirtualTimer | None = None
+    # A stream's request: the answer frame goes to `on_frame` undecoded, the client decodes it.
+    on_frame: Callable[[bytes], None] | None = None
 
 
 @dataclass(slots=True)
@@ -61,6 +70,37 @@ class _Connection:
     unserved: deque[_Call] = field(default_factory=deque)  # arrived at the server, not yet dispatched
     server_busy: bool = False
     alive: bool = True
+    # A stream's owner hears of a reset or a close by the server here (the TCP RST/FIN).
+    on_lost: Callable[[str], None] | None = None
+
+
+class StreamConnection:
+    """One client byte-stream connection to a node (a TCP connection). `send` takes whole
+    request frames (size prefix included); answers arrive, in order, at `on_frame`; a reset,
+    or a close by the server, at `on_lost` (once). Messages are dropped by partitions and held
+    by a paused node exactly as node-to-node traffic is."""
+
+    def __init__(self, network: VirtualNetwork, connection: _Connection, on_frame: Callable[[bytes], None],
+                 on_lost: Callable[[str], None]) -> None:
+        self._network = network
+        self._connection = connection
+        self._on_frame = on_frame
+        connection.on_lost = on_lost
+
+    @property
+    def destination(self) -> Endpoint:
+        return self._connection.destination
+
+    @property
+    def alive(self) -> bool:
+        return self._connection.alive
+
+    def send(self, frame: bytes) -> None:
+        self._network._send_frame(self._connection, frame, self._on_frame)
+
+    def close(self) -> None:
+        """Closed by the client: nothing is reported back to it."""
+        self._network._fail(self._connection, "closed by the client", notify=False)
 
 
 class VirtualNetwork:
@@ -75,6 +115,7 @@ class VirtualNetwork:
         # Paused hosts (SIGSTOP): what arrives for them waits, in order, until they resume.
         self._held: dict[str, list[Callable[[], None]]] = {}
         self._generations = itertools.count(1)
+        self._streams = itertools.count(1)
         self._last_arrival_ns: dict[object, int] = {}
         self._correlations = itertools.count(1)
         self.messages_delivered = 0
@@ -84,6 +125,14 @@ class VirtualNetwork:
 
     def add_node(self, node: SimNode) -> None:
         self._nodes[(node.endpoint.host, node.endpoint.port)] = node
+
+    def endpoint_at(self, host: str, port: int) -> Endpoint | None:
+        """The node listening at host:port (up or not), for clients that dial addresses."""
+        node = self._nodes.get((host, port))
+        return node.endpoint if node is not None else None
+
+    def has_host(self, host: str) -> bool:
+        return any(h == host for h, _ in self._nodes)
 
     def set_handler(self, endpoint: Endpoint, handle: Handler) -> None:
         """A restarted node: same address, new core."""
@@ -196,6 +245,40 @@ class VirtualNetwork:
         generation = connection.generation
         self._deliver(source_host, destination.host, lambda: self._arrive(connection, generation, call), (generation, "request"))
 
+    def connect_stream(self, source_host: str, destination: Endpoint, on_frame: Callable[[bytes], None], on_lost: Callable[[str], None],
+                       on_connected: Callable[[StreamConnection], None], on_refused: Callable[[str], None]) -> None:
+        """Open a byte stream from `source_host` to `destination` as TCP does: the SYN takes a
+        latency there and the SYN-ACK one back. A node that is down answers with a reset
+        (`on_refused` after a round trip); a partition drops either half, and then nothing
+        happens at all (the client's own connect timeout decides). See `StreamConnection` for
+        `on_frame` and `on_lost`."""
+        # Each stream is its own connection, even to the same node (a client opens several).
+        endpoint = destination.on_channel(f"stream-{next(self._streams)}")
+
+        def syn_arrives() -> None:
+            node = self._nodes.get((destination.host, destination.port))
+            if node is None or not node.up:
+                self._deliver(destination.host, source_host, lambda: on_refused(f"connection to {destination} refused"))
+                return
+            connection = self._connections[(source_host, endpoint.host, endpoint.port, endpoint.channel)] = \
+                _Connection(source_host, endpoint, next(self._generations))
+            stream = StreamConnection(self, connection, on_frame, on_lost)
+            self._deliver(destination.host, source_host, lambda: on_connected(stream), (connection.generation, "response"))
+
+        self._deliver(source_host, destination.host, syn_arrives)
+
+    def _send_frame(self, connection: _Connection, frame: bytes, on_frame: Callable[[bytes], None]) -> None:
+        if not connection.alive:
+            return
+        try:
+            api_key, api_version, correlation_id = peek_header(frame[4:])
+        except RequestError:
+            api_key, api_version, correlation_id = -1, -1, -1  # the server will refuse it
+        call = _Call(correlation_id, api_key, api_version, frame, lambda _: None, on_frame=on_frame)
+        connection.calls.append(call)
+        generation = connection.generation
+        self._deliver(connection.source_host, connection.destination.host, lambda: self._arrive(connection, generation, call), (generation, "request"))
+
     def close(self, source_host: str, destination: Endpoint) -> None:
         connection = self._connections.pop((source_host, destination.host, destination.port, destination.channel), None)
         if connection is not None:
@@ -215,6 +298,13 @@ class VirtualNetwork:
                 return
             try:
                 request = decode_request(call.frame[4:], node.versions)
+            except UnsupportedVersionError as error:
+                if call.on_frame is None or error.api_key != ApiKey.API_VERSIONS:
+                    self._fail(connection, f"{connection.destination} closed the connection: {error}", notify=True)
+                    return
+                # As the runtime's BrokerConnection: a v0 answer with error 35 and the table.
+                self._on_reply(connection, connection.generation, call, Response([unsupported_api_versions_response(error.correlation_id)]))
+                return
             except RequestError as error:
                 log.info("sim: %s closes the connection from %s: %s", connection.destination, connection.source_host, error)
                 self._fail(connection, f"{connection.destination} closed the connection: {error}", notify=True)
@@ -230,7 +320,8 @@ class VirtualNetwork:
                 answered = True
                 self._on_reply(connection, generation, call, response)
 
-            node.handle(request, ClientInfo(f"sim-{connection.source_host}", f"/{connection.source_host}", connection.generation), reply)
+            client_id = request.client_id if call.on_frame is not None else f"sim-{connection.source_host}"
+            node.handle(request, ClientInfo(client_id, f"/{connection.source_host}", connection.generation), reply)
 
     def _on_reply(self, connection: _Connection, generation: int, call: _Call, response: Response) -> None:
         if not connection.alive or connection.generation != generation:
@@ -258,6 +349,10 @@ class VirtualNetwork:
         connection.calls.remove(call)
         if call.timer is not None:
             call.timer.cancel()
+        if call.on_frame is not None:
+            if frame is not None:  # acks=0: no answer on the wire
+                call.on_frame(frame)
+            return
         if frame is None:
             call.on_done(OutboundResult(None))
             return
@@ -290,8 +385,10 @@ class VirtualNetwork:
         for call in calls:
             if call.timer is not None:
                 call.timer.cancel()
-            if notify:
+            if notify and call.on_frame is None:
                 call.on_done(OutboundResult(None, reason))
+        if notify and connection.on_lost is not None:
+            connection.on_lost(reason)
 
 
 class VirtualOutbound:

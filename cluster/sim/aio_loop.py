@@ -1,0 +1,179 @@
+"""A deterministic asyncio event loop for the simulator, so an unmodified asyncio Kafka client
+(aiokafka) runs inside the simulation, on the cluster's timeline.
+
+One timeline, one scheduler: the loop keeps no timer heap of its own. `call_at` puts each
+asyncio timer on the simulator's `VirtualScheduler`, beside the brokers' and the network's
+events, ordered by (deadline, sequence). When no callback is ready, the loop's "select"
+fires scheduler events one at a time (the clock jumping to each deadline) until one of them
+makes an asyncio callback ready: a due timer, bytes arriving on a connection. Ready
+callbacks run in FIFO order, as in any asyncio loop. Nothing waits on real time, real I/O or
+another thread, so a run is a function of its seed.
+
+Connections are the simulated network's (see `aio_transport`); anything else a real loop can
+do with the outside world (sockets, executors, subprocesses, signals, threads) raises
+`UnsupportedInSimulation` naming the call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import math
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from cluster.runtime.virtual_time import VirtualScheduler, VirtualTimer
+
+
+class UnsupportedInSimulation(RuntimeError):
+    """The client asked the loop for something the simulation does not provide."""
+
+
+class SimulationStalled(RuntimeError):
+    """Nothing is ready and no event is pending: every task waits for something that can
+    never happen (a real loop would block forever)."""
+
+
+class Connector:
+    """What the loop needs from the simulated network (implemented by `aio_transport`)."""
+
+    def resolve(self, host: str) -> str | None:
+        raise NotImplementedError
+
+    async def connect(self, loop: SimEventLoop, protocol_factory: Callable[[], asyncio.BaseProtocol], address: str,
+                      port: int) -> tuple[asyncio.Transport, asyncio.BaseProtocol]:
+        raise NotImplementedError
+
+
+class _VirtualTimerHandle(asyncio.TimerHandle):
+    __slots__ = ("_virtual",)
+
+    _virtual: VirtualTimer | None
+
+
+class _VirtualSelector:
+    """Stands where a selector would: instead of blocking on I/O, it runs simulator events
+    until an asyncio callback is ready."""
+
+    def __init__(self, loop: SimEventLoop) -> None:
+        self._loop = loop
+
+    def select(self, timeout: float | None) -> list[Any]:
+        if timeout != 0:
+            self._loop._run_events_until_ready()
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+class SimEventLoop(asyncio.BaseEventLoop):
+    def __init__(self, scheduler: VirtualScheduler, connector: Connector) -> None:
+        super().__init__()
+        self._scheduler = scheduler
+        self._connector = connector
+        self._selector = _VirtualSelector(self)
+        # Timers are exact on the virtual clock: a timer fires at its deadline, never early.
+        self._clock_resolution = 1e-9
+        self.events_run = 0
+
+    # ---- time ------------------------------------------------------------------------------
+
+    def time(self) -> float:
+        return self._scheduler.clock.monotonic_ns() / 1e9
+
+    def call_later(self, delay: float, callback: Callable[..., object], *args: Any, context: Any = None) -> asyncio.TimerHandle:
+        if delay is None:
+            raise TypeError("delay must not be None")
+        now_ns = self._scheduler.clock.monotonic_ns()
+        # Any positive delay moves the clock, however small: in float seconds a delay under
+        # about 1e-16 vanishes when added to the time, and code that re-arms until its own
+        # float arithmetic sees the deadline passed (aiokafka's linger timer) would spin at
+        # one instant forever. On a real clock the time spent computing breaks that cycle.
+        deadline_ns = now_ns + max(1, math.ceil(delay * 1e9)) if delay > 0 else now_ns
+        return self._timer_at_ns(now_ns / 1e9 + max(delay, 0.0), deadline_ns, callback, args, context)
+
+    def call_at(self, when: float, callback: Callable[..., object], *args: Any, context: Any = None) -> asyncio.TimerHandle:
+        if when is None:
+            raise TypeError("when cannot be None")
+        now_ns = self._scheduler.clock.monotonic_ns()
+        # Rounded up, and at least a nanosecond away when in the future (see call_later): a
+        # timer never fires before `when`, and never at the instant that asked for a later one.
+        deadline_ns = max(math.ceil(when * 1e9), now_ns + 1) if when > now_ns / 1e9 else now_ns
+        return self._timer_at_ns(when, deadline_ns, callback, args, context)
+
+    def _timer_at_ns(self, when: float, deadline_ns: int, callback: Callable[..., object], args: tuple[Any, ...],
+                     context: Any) -> asyncio.TimerHandle:
+        self._check_closed()
+        handle = _VirtualTimerHandle(when, callback, args, self, context)
+        handle._virtual = self._scheduler.call_at_ns(deadline_ns, functools.partial(self._timer_due, handle))
+        handle._scheduled = True
+        return handle
+
+    def _timer_due(self, handle: _VirtualTimerHandle) -> None:
+        handle._scheduled = False
+        handle._virtual = None
+        if not handle._cancelled:
+            self._ready.append(handle)
+
+    def _timer_handle_cancelled(self, handle: asyncio.TimerHandle) -> None:
+        assert isinstance(handle, _VirtualTimerHandle)
+        if handle._virtual is not None:
+            handle._virtual.cancel()
+            handle._virtual = None
+        handle._scheduled = False
+
+    def _run_events_until_ready(self) -> None:
+        while not self._ready and not self._stopping:
+            if not self._scheduler.step():
+                raise SimulationStalled("no callback is ready and no simulated event is pending: every task waits forever")
+            self.events_run += 1
+
+    # BaseEventLoop's hooks for a selector loop: nothing to process, nobody to wake.
+    def _process_events(self, event_list: list[Any]) -> None:
+        pass
+
+    def _write_to_self(self) -> None:
+        pass
+
+    # ---- names and connections -------------------------------------------------------------
+
+    async def getaddrinfo(self, host: Any, port: Any, *, family: int = 0, type: int = 0, proto: int = 0,
+                          flags: int = 0) -> list[tuple[Any, ...]]:
+        name = host.decode() if isinstance(host, bytes) else str(host)
+        address = self._connector.resolve(name)
+        if address is None:
+            raise socket.gaierror(socket.EAI_NONAME, f"Name or service not known: {name} (no such host in the simulation)")
+        return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (address, int(port)))]
+
+    async def create_connection(self, protocol_factory: Callable[[], asyncio.BaseProtocol], host: str | None = None,
+                                port: int | None = None, *, ssl: Any = None, family: int = 0, proto: int = 0, flags: int = 0,
+                                sock: Any = None, local_addr: Any = None, server_hostname: Any = None, **options: Any,
+                                ) -> tuple[asyncio.Transport, asyncio.BaseProtocol]:
+        if ssl is not None or sock is not None or local_addr is not None or server_hostname is not None:
+            raise UnsupportedInSimulation("loop.create_connection() with ssl, sock, local_addr or server_hostname is not available in the simulation")
+        if host is None or port is None:
+            raise ValueError("host and port are required")
+        infos = await self.getaddrinfo(host, port)
+        address, resolved_port = infos[0][4]
+        return await self._connector.connect(self, protocol_factory, address, resolved_port)
+
+    def call_soon_threadsafe(self, callback: Callable[..., object], *args: Any, context: Any = None) -> asyncio.Handle:
+        raise UnsupportedInSimulation("loop.call_soon_threadsafe() is not available in the simulation: there are no other threads")
+
+
+def _unsupported(name: str) -> Callable[..., Any]:
+    def refuse(self: SimEventLoop, *args: Any, **kwargs: Any) -> Any:
+        raise UnsupportedInSimulation(f"loop.{name}() is not available in the simulation (no real I/O, threads or processes)")
+    refuse.__name__ = name
+    return refuse
+
+
+for _name in ("getnameinfo", "run_in_executor", "set_default_executor", "create_server", "create_unix_connection",
+              "create_unix_server", "create_datagram_endpoint", "connect_accepted_socket", "connect_read_pipe",
+              "connect_write_pipe", "subprocess_exec", "subprocess_shell", "add_signal_handler", "remove_signal_handler",
+              "add_reader", "remove_reader", "add_writer", "remove_writer", "sock_recv", "sock_recv_into", "sock_recvfrom",
+              "sock_recvfrom_into", "sock_sendall", "sock_sendto", "sock_connect", "sock_accept", "sock_sendfile", "sendfile",
+              "start_tls"):
+    setattr(SimEventLoop, _name, _unsupported(_name))

@@ -181,3 +181,18 @@ def test_logquake_test_writes_junit_for_a_real_valid_run(tmp_path):
     assert suite.failures == 0 and suite.errors == 0
     assert suite.cases["harness"].outcome == "passed" and "completed: " in suite.cases["harness"].output
     assert suite.cases["claim acked-writes-durable"].outcome == "passed"
+
+
+def test_logquake_test_writes_junit_when_the_harness_fails_before_the_run(tmp_path):
+    # The results root is a file: the run directory cannot be made (exit 255, nothing started).
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    junit = tmp_path / "run.xml"
+    out = subprocess.run([sys.executable, "-m", "harness.testcmd", "--time-limit", "1", "--seed", "12",
+                          "--results-dir", str(blocker), "--junit-xml", str(junit)],
+                         capture_output=True, text=True, timeout=120, cwd=PROJECT)
+    assert out.returncode == 255, out.stdout + out.stderr
+    [suite] = read_junit(junit)
+    assert suite.properties["verdict"] == "harness-error" and suite.properties["seed"] == "12"
+    assert suite.cases["harness"].outcome == "error" and suite.tests == 1
+    assert suite.cases["harness"].message.startswith(f"harness error: cannot create the run directory under {blocker}")

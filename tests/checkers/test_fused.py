@@ -78,6 +78,8 @@ def test_fused_equals_each_check_alone(spark, tmp_path_factory):
     for run in sorted(histories):
         assert comparable(fused[run]) == comparable(alone[run]), run
     seen = {a.name for result in fused.values() for a in result.anomalies}
-    assert seen == set(EXPLANATIONS), set(EXPLANATIONS) ^ seen
+    # The eos checks are not per-key: they run after either detector (test_eos.py).
+    per_key = set(EXPLANATIONS) - {"eos-missing", "eos-duplicate", "eos-partial"}
+    assert seen == per_key, per_key ^ seen
     crowd = {a.name for a in fused["crowded"].anomalies}
     assert len(crowd) >= 12, crowd

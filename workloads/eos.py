@@ -27,7 +27,8 @@ thread fences it). Broker faults add fencing of zombies (a copier that lost its 
 in a rebalance cannot commit offsets for them: KIP-447's generation check).
 
 The final phase keeps copiers copying (without crashes) until every acknowledged input record
-has been copied by a committed copy and a round of copies found nothing more, then one
+has been copied by a committed copy and a round of copies found nothing more (or half the
+final phase's time limit has passed: a lost input record is never copied), then one
 verifier op reads both topics from the beginning to their end with read_committed. It waits
 first until no transaction is open on any partition (last stable offset = high watermark),
 since records behind an open one are not yet readable.
@@ -191,25 +192,30 @@ class EosObserver:
 
 class UntilCopied(Generator):
     """Run `gen` until committed copies have consumed past every target offset (frozen when
-    first asked: the acknowledged input writes of the main phase)."""
+    first asked: the acknowledged input writes of the main phase), or for `limit_s` at most:
+    an acknowledged record the input lost can never be copied, and the verifier must still
+    read what is there (the checks then name what is missing)."""
 
-    __slots__ = ("gen", "observer", "targets")
+    __slots__ = ("gen", "observer", "limit_s", "targets", "deadline_ns")
 
-    def __init__(self, gen: Generator, observer: EosObserver, targets: dict | None = None):
-        self.gen, self.observer, self.targets = gen, observer, targets
+    def __init__(self, gen: Generator, observer: EosObserver, limit_s: float, targets: dict | None = None,
+                 deadline_ns: int | None = None):
+        self.gen, self.observer, self.limit_s = gen, observer, limit_s
+        self.targets, self.deadline_ns = targets, deadline_ns
 
     def op(self, ctx: Context) -> OpResult:
         targets = self.targets if self.targets is not None else dict(self.observer.sent)
-        if self.observer.drained(targets):
+        deadline_ns = self.deadline_ns if self.deadline_ns is not None else ctx.time_ns + int(self.limit_s * 1e9)
+        if self.observer.drained(targets) or ctx.time_ns >= deadline_ns:
             return None
         result = self.gen.op(ctx)
         if result is None:
             return None
         op, nxt = result
-        return op, UntilCopied(nxt, self.observer, targets)
+        return op, UntilCopied(nxt, self.observer, self.limit_s, targets, deadline_ns)
 
     def update(self, ctx: Context, event: Event) -> Generator:
-        return UntilCopied(self.gen.update(ctx, event), self.observer, self.targets)
+        return UntilCopied(self.gen.update(ctx, event), self.observer, self.limit_s, self.targets, self.deadline_ns)
 
 
 class VerifyOnce(Generator):
@@ -269,7 +275,10 @@ def build(spec: RunSpec, bootstrap_servers: str) -> Workload:
                          batch_size=opts.batch_size, poll_ms=opts.poll_ms, topics=topics(),
                          transactional_id=f"{TXN_ID_PREFIX}-{thread}" if opts.txn else None)
 
-    final = Seq(UntilCopied(EachThread(final_thread), observer), Synchronize(VerifyOnce(observer)))
+    # Half the final phase for copying, the rest for the verifier (it waits up to 30 s for open
+    # transactions to end, then reads).
+    final = Seq(UntilCopied(EachThread(final_thread), observer, spec.final_time_limit_s / 2),
+                Synchronize(VerifyOnce(observer)))
     return Workload(
         name=NAME,
         generator=Observe(observer, EachThread(main_thread)),

@@ -135,3 +135,48 @@ def test_a_crashed_copy_is_fenced_and_copied_again_exactly_once(cluster):
     finally:
         second.close()
         first.close()
+
+
+
+def _final_phase(observer, limit_s):
+    from harness.generator import EachThread, Observe, Seq, Stream, Synchronize
+
+    opts = eos.EosOptions({}, brokers=3, concurrency=3)
+
+    def thread(t):
+        return None if t < 1 else Stream(eos.copier_ops(1, t, opts, crashes=False))
+
+    return Observe(observer, Seq(eos.UntilCopied(EachThread(thread), observer, limit_s),
+                                 Synchronize(eos.VerifyOnce(observer))))
+
+
+def test_final_phase_copies_until_drained_then_verifies_once():
+    from harness.generator import Completion, simulate
+
+    observer = eos.EosObserver(copiers=2)
+    observer.sent = {0: 1}
+
+    def complete(invocation):
+        if invocation.f == "copy" and not observer.copied:
+            return Completion("ok", [["poll", {"0": [[0, 5], [1, 6]]}]]), 1_000_000
+        return Completion("ok", [] if invocation.f == "copy" else [["poll", {}]]), 1_000_000
+
+    ops = simulate(_final_phase(observer, 30), concurrency=3, complete=complete, with_nemesis=False)
+    fs = [op.f for op in ops if op.type == "invoke"]
+    assert fs[-1] == "poll" and fs.count("poll") == 1 and fs.count("copy") >= 3
+    assert observer.verified
+
+
+def test_final_phase_verifies_after_its_copy_limit_when_a_record_is_never_copied():
+    from harness.generator import Completion, simulate
+
+    observer = eos.EosObserver(copiers=2)
+    observer.sent = {0: 7}  # acknowledged, but the input lost it: no copy ever reaches it
+
+    def complete(invocation):
+        return Completion("ok", [] if invocation.f == "copy" else [["poll", {}]]), 100_000_000
+
+    ops = simulate(_final_phase(observer, 2), concurrency=3, complete=complete, with_nemesis=False)
+    invokes = [op for op in ops if op.type == "invoke"]
+    assert invokes[-1].f == "poll" and observer.verified
+    assert invokes[-1].time_ns >= 2e9 and sum(op.f == "copy" for op in invokes) > 10

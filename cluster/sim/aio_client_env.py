@@ -172,8 +172,21 @@ def virtual_environment(clock: Clock, rng: CanonicalRandom, packages: tuple[str,
         _active = False
 
 
+_str_hashes: dict[str, int] = {}  # looked up, never iterated: its own order does not matter
+
+
 def _hash_fields(self: tuple[Any, ...]) -> int:
-    return stable_hash(tuple(self))
+    # Hot (every set and dict operation on a partition): topic names' digests are cached.
+    fields = []
+    for value in self:
+        if value.__class__ is str:
+            digest = _str_hashes.get(value)
+            if digest is None:
+                digest = _str_hashes[value] = stable_hash(value)
+            fields.append(digest)
+        else:
+            fields.append(stable_hash(value))
+    return hash(tuple(fields))
 
 
 def _is_real_clock_or_chance(value: Any) -> bool:

@@ -14,10 +14,10 @@ is committed yet) and copies it in a committed transaction with its offsets; the
 sends its offsets with its old group metadata and commits. With the check A's
 TxnOffsetCommit is refused and A aborts; without it A's copy commits as well.
 
-The copies are recorded as the delivery workload's history (workloads/delivery.py): a copy
-transaction is a `process` op of the group, ok when it committed. A transactional copier's
-offsets commit with its output, so a committed copy is never repeated: the at-most-once
-claim, which the checkers' duplicate-processing breaks when the zombie's copy commits too."""
+The copies are recorded as the eos workload's history (workloads/eos.py: a copy op per copy
+transaction, ok = committed, each output value `v << 20 | copy id`; a verifier poll reads both
+topics to their end) and judged by its exactly-once checks (checkers/eos.py): the input
+record is in the output twice, eos-duplicate, when the zombie's copy commits too."""
 
 from __future__ import annotations
 
@@ -27,17 +27,19 @@ import uuid
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from checkers.claims import AT_MOST_ONCE
+from checkers.claims import EXACTLY_ONCE
+from checkers.eos import COPY_ID_BITS  # an output value is the input value << COPY_ID_BITS | copy id
 from tests.cluster.kafka_helpers import create_topic
 from tests.cluster.txn.unsafe_clients import CALL_TIMEOUT_S, Reader, send, txn_producer
-from tests.cluster.txn.unsafe_history import (SCENARIO_BROKER_CONFIG, Recorder, anomaly_names, check_histories, delivery_inputs,
-                                              describe)
+from tests.cluster.txn.unsafe_history import (SCENARIO_BROKER_CONFIG, Recorder, anomaly_names, check_histories, describe,
+                                              eos_inputs, poll_value)
 
 SWITCH = "transaction.offset.commit.skip.generation.check"
 SEED = 1403
-INPUT, OUTPUT, KEY = "copy-in", "copy-out", 0  # key 0: partition 0 of the input
+INPUT, OUTPUT = "copy-in", "copy-out"
+IN_KEY, OUT_KEY = 0, 1  # the eos workload's keys: input partition 0, then output partition 0
 GROUP = "copiers"
-SOURCE, COPIER_A, COPIER_B = 0, 1, 2
+SOURCE, COPIER_A, COPIER_B, VERIFIER = 0, 1, 2, 3
 
 
 def copier_consumer(bootstrap: str) -> tuple[Consumer, tuple[int, int]]:
@@ -55,11 +57,17 @@ def copier_consumer(bootstrap: str) -> tuple[Consumer, tuple[int, int]]:
     raise AssertionError(f"the copier's consumer got no record within {CALL_TIMEOUT_S} s")
 
 
-def copy(producer: Producer, value: int) -> None:
+def copy(producer: Producer, value: int, copy_id: int) -> tuple[int, int]:
     """Begin the copy transaction and produce the output record (what a copier does before
-    it sends its offsets)."""
+    it sends its offsets): the output's (offset, value)."""
     producer.begin_transaction()
-    send(producer, OUTPUT, KEY, value)
+    out = value << COPY_ID_BITS | copy_id
+    return send(producer, OUTPUT, 0, out), out
+
+
+def copied(polled: tuple[int, int], output: tuple[int, int]) -> list[list[object]]:
+    """A copy op's value: the input record it consumed and the output record it produced."""
+    return [poll_value({IN_KEY: [polled]}), ["send", OUT_KEY, list(output)]]
 
 
 def scenario(make_cluster, switch_value: str) -> tuple[Recorder, list[int]]:
@@ -70,58 +78,62 @@ def scenario(make_cluster, switch_value: str) -> tuple[Recorder, list[int]]:
     create_topic(bootstrap, OUTPUT, 1)
     h = Recorder()
     source = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    written = h.invoke(SOURCE, "send", [["send", KEY, 1]])
-    h.complete(written, "ok", [["send", KEY, [send(source, INPUT, KEY, 1), 1]]])
+    written = h.invoke(SOURCE, "send", [["send", IN_KEY, 1]])
+    h.complete(written, "ok", [["send", IN_KEY, [send(source, INPUT, 0, 1), 1]]])
     source.flush(CALL_TIMEOUT_S)
 
     producer_a, producer_b = txn_producer(bootstrap, "copier-a"), txn_producer(bootstrap, "copier-b")
-    consumer_a, (offset_a, value_a) = copier_consumer(bootstrap)
-    zombie = h.invoke(COPIER_A, "process", None, group=GROUP)
-    copy(producer_a, value_a)
+    consumer_a, polled_a = copier_consumer(bootstrap)
+    zombie = h.invoke(COPIER_A, "copy", None)
+    output_a = copy(producer_a, polled_a[1], copy_id=1)
     metadata_a = consumer_a.consumer_group_metadata()
     consumer_a.close()  # A loses its partition while inside its transaction
 
-    consumer_b, (offset_b, value_b) = copier_consumer(bootstrap)
+    consumer_b, polled_b = copier_consumer(bootstrap)
     try:
-        live = h.invoke(COPIER_B, "process", None, group=GROUP)
-        copy(producer_b, value_b)
-        producer_b.send_offsets_to_transaction([KafkaTopicPartition(INPUT, KEY, offset_b + 1)],
+        live = h.invoke(COPIER_B, "copy", None)
+        output_b = copy(producer_b, polled_b[1], copy_id=2)
+        producer_b.send_offsets_to_transaction([KafkaTopicPartition(INPUT, 0, polled_b[0] + 1)],
                                                consumer_b.consumer_group_metadata(), CALL_TIMEOUT_S)
         producer_b.commit_transaction(CALL_TIMEOUT_S)
-        h.complete(live, "ok", [["process", KEY, [offset_b, value_b]]], group=GROUP)
+        h.complete(live, "ok", copied(polled_b, output_b))
     finally:
         consumer_b.close()
 
     try:  # the zombie wakes up and finishes its copy with its old group metadata
-        producer_a.send_offsets_to_transaction([KafkaTopicPartition(INPUT, KEY, offset_a + 1)], metadata_a, CALL_TIMEOUT_S)
+        producer_a.send_offsets_to_transaction([KafkaTopicPartition(INPUT, 0, polled_a[0] + 1)], metadata_a, CALL_TIMEOUT_S)
         producer_a.commit_transaction(CALL_TIMEOUT_S)
-        h.complete(zombie, "ok", [["process", KEY, [offset_a, value_a]]], group=GROUP)
+        h.complete(zombie, "ok", copied(polled_a, output_a))
     except KafkaException as exc:
         try:
             producer_a.abort_transaction(CALL_TIMEOUT_S)
         except KafkaException:
             pass  # a fatal error: the coordinator aborts it (never asked to commit), still a definite fail
-        h.complete(zombie, "fail", [["process", KEY, [offset_a, value_a]]], error=["send-offsets", str(exc.args[0])], group=GROUP)
+        h.complete(zombie, "fail", copied(polled_a, output_a), error=["send-offsets", str(exc.args[0])])
 
-    reader = Reader(bootstrap, OUTPUT, KEY)
+    # The verifier reads both topics to their end with read_committed.
+    verify = h.invoke(VERIFIER, "poll", [["poll"]])
+    readers = {IN_KEY: Reader(bootstrap, INPUT, 0), OUT_KEY: Reader(bootstrap, OUTPUT, 0)}
     try:
-        output = [v for _, v in reader.poll_to_stable_end()]
+        read = {key: reader.poll_to_stable_end() for key, reader in readers.items()}
     finally:
-        reader.close()
-    return h, output
+        for reader in readers.values():
+            reader.close()
+    h.complete(verify, "ok", [poll_value(read)])
+    return h, [v >> COPY_ID_BITS for _, v in read[OUT_KEY]]
 
 
 def test_without_kip447_checks_a_zombie_copier_commits_a_second_copy(make_cluster, spark, tmp_path) -> None:
     safe_history, safe_output = scenario(make_cluster, "false")
     unsafe_history, unsafe_output = scenario(make_cluster, "true")
-    assert (safe_output, unsafe_output) == ([1], [1, 1])
+    assert (safe_output, unsafe_output) == ([1], [1, 1])  # the input values the output copies
     safe, unsafe = {SWITCH: "false"}, {SWITCH: "true"}
-    assert delivery_inputs(unsafe, "at-most-once").bug_switches == (SWITCH,)
-    results = check_histories({"safe": (safe_history, delivery_inputs(safe, "at-most-once")),
-                               "unsafe": (unsafe_history, delivery_inputs(unsafe, "at-most-once"))}, tmp_path, spark)
+    assert eos_inputs(unsafe).bug_switches == (SWITCH,) and eos_inputs(safe).bug_switches == ()
+    results = check_histories({"safe": (safe_history, eos_inputs(safe)), "unsafe": (unsafe_history, eos_inputs(unsafe))},
+                              tmp_path, spark)
     assert results["safe"].valid is True and not results["safe"].anomalies, describe(results["safe"])
     flagged = results["unsafe"]
-    assert flagged.valid is False and "duplicate-processing" in anomaly_names(flagged, allowed=False), describe(flagged)
-    duplicate = next(a for a in flagged.anomalies if a.name == "duplicate-processing")
-    assert duplicate.violates == [AT_MOST_ONCE]
-    assert duplicate.witnesses[0].detail == {"group": GROUP, "key": KEY, "value": 1, "count": 2, "offsets": [0, 0]}
+    assert flagged.valid is False and "eos-duplicate" in anomaly_names(flagged, allowed=False), describe(flagged)
+    duplicate = next(a for a in flagged.anomalies if a.name == "eos-duplicate")
+    assert duplicate.violates == [EXACTLY_ONCE]
+    assert duplicate.witnesses[0].detail["value"] == 1 and duplicate.witnesses[0].detail["count"] == 2

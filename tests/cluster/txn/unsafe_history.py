@@ -1,5 +1,5 @@
 """What the unsafe-switch scenarios share: a history recorded as the clients act (the op
-formats of the queue workload with txn=true and of the delivery workload, harness/history.py),
+formats of the queue workload with txn=true and of the eos workload, harness/history.py),
 checked by the real checker pipeline with the claims such a run gets from its spec.
 
 Each scenario records one history per cluster configuration; `check_histories` converts
@@ -76,12 +76,13 @@ def queue_txn_inputs(cluster_config: dict[str, str], brokers: int = 1) -> ClaimI
     return ClaimInputs.from_spec_json(spec)
 
 
-def delivery_inputs(cluster_config: dict[str, str], commit_mode: str, brokers: int = 1) -> ClaimInputs:
-    """The claims of a `--workload delivery` run with this commit mode on the bundled cluster."""
-    spec = {"workload": "delivery", "brokers": brokers,
+def eos_inputs(cluster_config: dict[str, str], brokers: int = 1) -> ClaimInputs:
+    """The claims of a `--workload eos` run (transactional copiers, read_committed) on the
+    bundled cluster with these broker settings."""
+    spec = {"workload": "eos", "brokers": brokers,
             "client_config": {"acks": "all", "isolation.level": "read_committed", "enable.auto.commit": "false"},
             "cluster_config": dict(cluster_config),
-            "workload_options": {"commit_mode": commit_mode, "replication_factor": brokers}}
+            "workload_options": {"partitions": 1, "replication_factor": brokers}}
     return ClaimInputs.from_spec_json(spec)
 
 

@@ -210,3 +210,24 @@ def test_reproduce_command_of_an_external_run_keeps_the_broker_count() -> None:
     spec = build_spec(args, seed=5)
     assert "--brokers 1 " in spec.command
     assert build_spec(build_parser().parse_args(spec.command.split()[1:]), seed=5) == spec
+
+
+def test_every_bench_detection_mix_is_a_command_logquake_test_accepts():
+    # The README's table of fault mixes is bench_detection's SWITCHES: each mix, with its
+    # switch on and with the safe setting, must stay a valid `logquake test` command.
+    from bench.bench_detection import SWITCHES
+    from harness.cli import ArgumentParser
+
+    parser = ArgumentParser(prog="logquake")
+    testcmd.register(parser.add_subparsers(dest="command", required=True, parser_class=ArgumentParser))
+    for switch in SWITCHES:
+        for setting in (switch.setting, switch.safe_setting):
+            extra = ["--cluster-config", setting] if setting else []
+            args = parser.parse_args(["test", "--time-limit", "60", *switch.mix, *extra, "--seed", "1000"])
+            spec = testcmd.build_spec(args, 1000)
+            assert spec.nemeses, switch.setting
+    read_past = next(s for s in SWITCHES if s.setting.startswith("fetch.read.past.high.watermark"))
+    spec = testcmd.build_spec(parser.parse_args(["test", *read_past.mix]), 1)
+    # A read_committed fetch stops at the last stable offset, never past the HWM: the mix must read uncommitted.
+    assert spec.client_config["isolation.level"] == "read_uncommitted"
+    assert spec.nemesis_options == {"partition_targets": "primary"}

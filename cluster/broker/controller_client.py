@@ -45,8 +45,13 @@ RETRY_BACKOFF_MS = 100
 
 @dataclass(frozen=True)
 class AlterPartitionResult:
+    """The controller's answer to an AlterPartition. `unanswered`: no answer about the partition
+    came (timeout, lost connection, or a request-level error worth retrying), so whether the
+    controller applied it is unknown and the proposal is sent again."""
+
     error: ErrorCode
     state: PartitionState | None = None
+    unanswered: bool = False
 
 
 @dataclass(frozen=True)
@@ -264,10 +269,14 @@ class ControllerClient:
 
         def done(result: OutboundResult) -> None:
             if not result.ok:
-                on_done(AlterPartitionResult(ErrorCode.request_timed_out))
+                on_done(AlterPartitionResult(ErrorCode.request_timed_out, unanswered=True))
                 return
             if result.body.error_code != ErrorCode.none:
-                on_done(AlterPartitionResult(result.body.error_code))
+                # Request-level: the controller did not look at the partition. Stale broker
+                # epoch (we re-registered) and not-controller are worth asking again, as Kafka's
+                # AlterPartitionManager does.
+                retry = result.body.error_code in (ErrorCode.stale_broker_epoch, ErrorCode.not_controller)
+                on_done(AlterPartitionResult(result.body.error_code, unanswered=retry))
                 return
             answer = result.body.topics[0].partitions[0]
             if answer.error_code != ErrorCode.none:

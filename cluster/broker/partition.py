@@ -171,6 +171,9 @@ class Partition:
                 self._become_leader(state, now_ms)
                 return LEADER
             if old is None or state.partition_epoch > old.partition_epoch:
+                # A newer committed state replaces any proposal still out (Kafka does the same):
+                # the controller answers that proposal with a stale-version error, if at all.
+                self.pending_isr = None
                 self._set_isr(state.isr)
             return None
         if self.role != FOLLOWER or newer_epoch:

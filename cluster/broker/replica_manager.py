@@ -30,6 +30,14 @@ HWM_CHECKPOINT_FILE = "high-watermark-checkpoint"
 # from this (possibly stale, hence low) HWM rather than its log end: what is past the HWM
 # may never have been committed.
 HWM_CHECKPOINT_INTERVAL_MS = 5000
+# An AlterPartition whose answer never came (timeout, lost connection) may or may not have
+# been applied: it is sent again after this pause, and the maximal ISR stays in force meanwhile.
+ALTER_PARTITION_RETRY_BACKOFF_MS = 200
+# The controller's answers that say for certain the proposal was not applied (Kafka's
+# Partition.handleAlterPartitionError reverts to the committed ISR on exactly these). Any
+# other error leaves the proposal pending until the metadata brings a newer partition state.
+_ALTER_PARTITION_NOT_APPLIED = frozenset({ErrorCode.operation_not_attempted, ErrorCode.ineligible_replica,
+                                          ErrorCode.invalid_request})
 
 
 @dataclass(frozen=True)
@@ -282,31 +290,57 @@ class ReplicaManager:
         state = p.state
         if state is None or p.pending_isr is not None:
             return
-        image = self.controller.image
-        members = []
-        for b in new_isr:
-            follower = p.followers.get(b)
-            epoch = follower.broker_epoch if follower is not None and follower.broker_epoch >= 0 else (
-                image.brokers[b].broker_epoch if b in image.brokers else -1)
-            if b == self.config.broker_id:
-                epoch = self.controller.broker_epoch
-            members.append((b, epoch))
+        def members() -> list[tuple[int, int]]:
+            image = self.controller.image
+            out = []
+            for b in new_isr:
+                follower = p.followers.get(b)
+                epoch = follower.broker_epoch if follower is not None and follower.broker_epoch >= 0 else (
+                    image.brokers[b].broker_epoch if b in image.brokers else -1)
+                if b == self.config.broker_id:
+                    epoch = self.controller.broker_epoch  # current at each (re)send: it changes on re-registration
+                out.append((b, epoch))
+            return out
+
         p.pending_isr = new_isr
         recovering = state.leader_recovering and not recovered
 
+        def still_pending() -> bool:
+            current = p.state
+            return (self.running and p.role == LEADER and p.pending_isr == new_isr and current is not None
+                    and current.leader_epoch == state.leader_epoch and current.partition_epoch == state.partition_epoch)
+
+        def send() -> None:
+            if still_pending():
+                self.controller.alter_partition(state, members(), recovering, done)
+
         def done(result: AlterPartitionResult) -> None:
-            if p.pending_isr != new_isr:
+            if not still_pending():
                 return
-            p.pending_isr = None
             if result.error == ErrorCode.none and result.state is not None:
+                p.pending_isr = None
                 log.info("%s: ISR now %s (partition epoch %d)", p.tp, list(result.state.isr), result.state.partition_epoch)
                 if p.state is not None and result.state.partition_epoch > p.state.partition_epoch:
                     p.apply_state(result.state, self.clock.wall_ms())
-            else:
+            elif result.unanswered:
+                # The controller may have applied it: going back to the committed ISR now could
+                # let this leader advance the HWM (and acknowledge acks=all writes) over an ISR
+                # smaller than the one the controller elects from. Keep the maximal ISR; ask again.
+                log.info("%s: AlterPartition to ISR %s unanswered (%s): sending it again", p.tp, list(new_isr), result.error.name)
+                self.scheduler.call_later(ALTER_PARTITION_RETRY_BACKOFF_MS, send)
+                return
+            elif result.error in _ALTER_PARTITION_NOT_APPLIED:
+                p.pending_isr = None
                 log.info("%s: AlterPartition to ISR %s refused: %s", p.tp, list(new_isr), result.error.name)
+            else:
+                # Stale leader epoch or partition epoch, unknown partition...: the metadata will
+                # bring the state that replaces this proposal (Partition.apply_state clears it).
+                log.info("%s: AlterPartition to ISR %s refused: %s; the maximal ISR holds until newer metadata",
+                         p.tp, list(new_isr), result.error.name)
+                return
             p.maybe_advance_high_watermark()
 
-        self.controller.alter_partition(state, members, recovering, done)
+        send()
 
     # ---- internal appends ------------------------------------------------------------
 

@@ -180,3 +180,23 @@ def test_final_phase_verifies_after_its_copy_limit_when_a_record_is_never_copied
     invokes = [op for op in ops if op.type == "invoke"]
     assert invokes[-1].f == "poll" and observer.verified
     assert invokes[-1].time_ns >= 2e9 and sum(op.f == "copy" for op in invokes) > 10
+
+
+def test_without_transactions_a_crash_before_the_offset_commit_copies_twice(cluster):
+    n = next(_names)
+    topics, group = (f"ei{n}", f"eo{n}"), f"eg{n}"
+    producer = make_copier(cluster, topics, group, None)
+    second = make_copier(cluster, topics, group, None)
+    try:
+        for v in (1, 2, 3):
+            assert producer.invoke(Invocation(f="send", value=[["send", 0, v]])).type == "ok"
+        first = copy_until(producer, {"crash": "before-commit"})
+        assert first.type == "ok" and first.end_process
+        again = copy_until(second)
+        assert again.type == "ok" and [v for _, v in again.value[0][1][0]] == [1, 2, 3]
+        read = second.invoke(Invocation(f="poll"))
+        assert read.type == "ok"
+        assert sorted(v >> COPY_ID_BITS for _, v in read.value[0][1][1]) == [1, 1, 2, 2, 3, 3]
+    finally:
+        producer.close()
+        second.close()

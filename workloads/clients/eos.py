@@ -214,7 +214,7 @@ class EosClient:
             polled.setdefault(msg.partition(), []).append([msg.offset(), int(msg.value())])
         value: list = [["poll", polled]]
         if self.transactional_id is None:
-            return self._copy_plain(producer, consumer, records, value)
+            return self._copy_plain(producer, consumer, records, value, crash=invocation.extra.get("crash"))
         try:
             try:
                 self._call(producer.begin_transaction, CALL_TIMEOUT_S, "begin_transaction")
@@ -303,7 +303,8 @@ class EosClient:
                               error=["abort-failed", cause.error, abort_error], end_process=True)
         return Completion("fail", value, error=["abort", cause.error])
 
-    def _copy_plain(self, producer: Producer, consumer: Consumer, records: list[Any], value: list) -> Completion:
+    def _copy_plain(self, producer: Producer, consumer: Consumer, records: list[Any], value: list,
+                    crash: str | None) -> Completion:
         """txn=false: produce, then commit the offsets with the consumer (at-least-once: a
         crash or a refused commit after producing copies the records again)."""
         try:
@@ -312,6 +313,11 @@ class EosClient:
             self._rewind(records)
             # Some records may have been written before the failure: unknown, not failed.
             return Completion("info", value, error=err.outcome.error, end_process=True)
+        if crash == "before-commit":
+            # Killed between producing and committing the offsets: the copies are written (ok),
+            # and the partition's next owner copies the records again.
+            self.close()
+            return Completion("ok", value, extra={"crash": "before-offset-commit"}, end_process=True)
         try:
             consumer.commit(offsets=self._next_offsets(records), asynchronous=False)
         except KafkaException as exc:

@@ -19,11 +19,11 @@ count per producer thread), and a copy writes input value v as `v << 20 | copy i
 (COPY_ID_BITS in workloads/clients/eos.py; the id is unique per copy op), so "exactly once"
 reads as: every input value appears once in the output, decoded; and the per-key checks of an
 output partition still mean what they say (a value twice is a duplicate append, not two
-copies). Copier crashes (crash_p per copy op)
-come in two kinds, drawn evenly: a crash between transactions (the consumer leaves the group,
-its partitions move: a rebalance) and a crash inside one, after producing and sending the
-offsets but before committing (the transaction stays open until the next process of that
-thread fences it). Broker faults add fencing of zombies (a copier that lost its partitions
+copies). Copier crashes (crash_p per copy op) come in two kinds, drawn evenly: a crash
+between transactions (the consumer leaves the group, its partitions move: a rebalance) and a
+crash inside one, after producing and sending the offsets but before committing (the
+transaction stays open until the next process of that thread fences it; with txn=false the
+crash falls between producing and committing the offsets, and the copy is ok). Broker faults add fencing of zombies (a copier that lost its partitions
 in a rebalance cannot commit offsets for them: KIP-447's generation check).
 
 The final phase keeps copiers copying (without crashes) until every acknowledged input record

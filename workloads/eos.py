@@ -23,7 +23,10 @@ copies). Copier crashes (crash_p per copy op) come in two kinds, drawn evenly: a
 between transactions (the consumer leaves the group, its partitions move: a rebalance) and a
 crash inside one, after producing and sending the offsets but before committing (the
 transaction stays open until the next process of that thread fences it; with txn=false the
-crash falls between producing and committing the offsets, and the copy is ok). Broker faults add fencing of zombies (a copier that lost its partitions
+crash falls between producing and committing the offsets, and the copy is ok). With stall_p a
+copy stalls STALL_S between producing and sending its offsets, long enough to be removed from
+the group (max.poll.interval.ms) while its partitions move to another copier: a zombie, which
+KIP-447's generation check must fence when it sends the offsets. Broker faults add fencing of zombies (a copier that lost its partitions
 in a rebalance cannot commit offsets for them: KIP-447's generation check).
 
 The final phase keeps copiers copying (without crashes) until every acknowledged input record
@@ -52,7 +55,7 @@ Options: partitions 4, replication_factor min(3, brokers), producers 1 (the othe
 are copiers; concurrency 5 by default), crash_p 0.02 (per copy op), batch_size 20 (records
 per copy), poll_ms 100, topics "eos-input,eos-output", txn true (false: copiers commit their
 consumer offsets after producing, outside any transaction: at-least-once, so duplicates are
-expected and exactly-once is not claimed).
+expected and exactly-once is not claimed), stall_p 0 (per copy op).
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ NAME = "eos"
 GROUP = "logquake-eos"
 TXN_ID_PREFIX = "logquake-eos-copier"
 CRASH_KINDS = ("between", "before-commit")
+STALL_S = 9.0  # a stalled copier: past max.poll.interval.ms (STALL_CLIENT_CONFIG), within its transaction's timeout
 VERIFY_ATTEMPTS = 5  # verifier ops (each waits for open transactions to end) before giving up
 
 # The copier's transactions: a transaction a copier left open (a crash inside one) holds back
@@ -82,6 +86,13 @@ TXN_CLIENT_CONFIG: dict[str, str] = {
     "message.timeout.ms": "10000",
     "socket.timeout.ms": "10100",
 }
+# With stalls (stall_p > 0): a copier that does not poll for 6 s leaves the group (librdkafka's
+# max.poll.interval.ms, at its floor, session.timeout.ms), and its transaction, open for the
+# STALL_S stall, must not time out first.
+STALL_CLIENT_CONFIG: dict[str, str] = {
+    "max.poll.interval.ms": "6000",
+    "transaction.timeout.ms": "20000",
+}
 BASE_CLIENT_CONFIG: dict[str, str] = {
     **JEPSEN_CLIENT_CONFIG,
     "group.id": GROUP,
@@ -91,9 +102,12 @@ BASE_CLIENT_CONFIG: dict[str, str] = {
 
 
 def default_client_config(options: dict[str, Any]) -> dict[str, str]:
+    config = dict(BASE_CLIENT_CONFIG)
     if option(dict(options), "txn", True, bool):
-        return {**BASE_CLIENT_CONFIG, **TXN_CLIENT_CONFIG}
-    return dict(BASE_CLIENT_CONFIG)
+        config.update(TXN_CLIENT_CONFIG)
+    if option(dict(options), "stall_p", 0.0, float) > 0:
+        config.update(STALL_CLIENT_CONFIG)
+    return config
 
 
 def _topic_name(v: str) -> bool:
@@ -114,7 +128,9 @@ class EosOptions:
                              check=lambda v: len(v) == 2 and v[0] != v[1] and all(_topic_name(t) for t in v),
                              expect="must be two different topic names (input,output) of letters, digits, . _ -")
         self.txn = option(raw, "txn", True, bool)
-        known = {"partitions", "replication_factor", "producers", "crash_p", "batch_size", "poll_ms", "topics", "txn"}
+        self.stall_p = option(raw, "stall_p", 0.0, float, check=lambda v: 0 <= v <= 1, expect="must be in [0, 1]")
+        known = {"partitions", "replication_factor", "producers", "crash_p", "batch_size", "poll_ms", "topics", "txn",
+                 "stall_p"}
         unknown = sorted(set(raw) - known)
         if unknown:
             raise ValueError(f"unknown eos workload option(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
@@ -143,6 +159,10 @@ def producer_ops(seed: int, thread: int, concurrency: int, opts: EosOptions) -> 
 def copier_ops(seed: int, thread: int, opts: EosOptions, *, crashes: bool) -> Iterator[Invocation]:
     rng = random.Random(derive_seed(seed, "eos", "copier", thread))
     while True:
+        # Drawn only when on, so runs without stalls keep their seeded schedule.
+        if crashes and opts.stall_p > 0 and rng.random() < opts.stall_p:
+            yield Invocation(f="copy", extra={"stall_s": STALL_S})
+            continue
         if crashes and rng.random() < opts.crash_p:
             kind = CRASH_KINDS[rng.randrange(len(CRASH_KINDS))]
             if kind == "between":

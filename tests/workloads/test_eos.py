@@ -4,10 +4,13 @@ committed copies are visible to the read_committed verifier)."""
 
 import itertools
 import random
+import time
 
 import pytest
 
 from checkers.eos import COPY_ID_BITS as CHECKER_COPY_ID_BITS
+from confluent_kafka import TopicPartition
+
 from harness.generator import Invocation
 from workloads import eos
 from workloads.clients.confluent import TopicCreator
@@ -200,3 +203,52 @@ def test_without_transactions_a_crash_before_the_offset_commit_copies_twice(clus
     finally:
         producer.close()
         second.close()
+
+
+def test_a_stalled_copier_is_a_zombie_whose_offsets_are_fenced(cluster):
+    import threading
+
+    n = next(_names)
+    topics, group, options = (f"ei{n}", f"eo{n}"), f"eg{n}", {"stall_p": "0.5"}
+    config = {**eos.default_client_config(options), "group.id": group}
+    assert config["max.poll.interval.ms"] == "6000"
+
+    def copier(txn_id):
+        return EosClient(bootstrap_servers=cluster.bootstrap_servers, client_config=config, input_topic=topics[0],
+                         output_topic=topics[1], partitions=1, batch_size=10, poll_ms=500,
+                         topics=TopicCreator(cluster.bootstrap_servers, config, 1, 1), transactional_id=txn_id)
+
+    producer, zombie, successor = copier(None), copier(f"et{n}a"), copier(f"et{n}b")
+    try:
+        for v in (1, 2, 3):
+            assert producer.invoke(Invocation(f="send", value=[["send", 0, v]])).type == "ok"
+        stalled: list = []
+        thread = threading.Thread(target=lambda: stalled.append(copy_until(zombie, {"stall_s": eos.STALL_S})))
+        thread.start()
+        # The zombie, alone in the group, polls the three records and stalls; only then does
+        # the successor join.
+        for _ in range(300):
+            consumer = zombie._consumer
+            if consumer is not None and consumer.position([TopicPartition(topics[0], 0)])[0].offset >= 3:
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the zombie never polled the records")
+        # While the zombie stalls, the group moves the partition to the successor, which
+        # copies the records from the last committed offsets and commits.
+        copied = None
+        for _ in range(60):
+            done = successor.invoke(Invocation(f="copy"))
+            if done.type == "ok" and done.value:
+                copied = done
+                break
+        thread.join(60)
+        assert copied is not None and [v for _, v in copied.value[0][1][0]] == [1, 2, 3]
+        # The zombie's offsets carry its old generation: refused, so its copy aborted.
+        assert stalled and stalled[0].type == "fail", stalled
+        read = successor.invoke(Invocation(f="poll"))
+        assert read.type == "ok"
+        assert sorted(v >> COPY_ID_BITS for _, v in read.value[0][1][1]) == [1, 2, 3]
+    finally:
+        for client in (producer, zombie, successor):
+            client.close()

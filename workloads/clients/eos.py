@@ -209,6 +209,9 @@ class EosClient:
                 return Completion("fail", None, error=["poll", outcome.error], end_process=outcome.end_process)
         if not records:
             return Completion("ok", [])
+        # The group generation whose records these are: a rebalance before the offsets are sent
+        # makes the coordinator refuse them (KIP-447), and the copy aborts.
+        metadata = consumer.consumer_group_metadata()
         polled: dict[int, list[list[int]]] = {}
         for msg in records:
             polled.setdefault(msg.partition(), []).append([msg.offset(), int(msg.value())])
@@ -222,8 +225,12 @@ class EosClient:
                 raise _Abort(describe(exc)) from None
             value += self._produce(producer, records)
             offsets = self._next_offsets(records)
+            stall_s = float(invocation.extra.get("stall_s", 0))
+            if stall_s > 0:
+                # Not polling: the consumer leaves the group after max.poll.interval.ms and the
+                # partitions move on; we come back as a zombie with the old generation's metadata.
+                time.sleep(stall_s)
             try:
-                metadata = consumer.consumer_group_metadata()
                 self._call(lambda: producer.send_offsets_to_transaction(offsets, metadata, CALL_TIMEOUT_S),
                            CALL_TIMEOUT_S, "send_offsets_to_transaction")
             except (KafkaException, RuntimeError) as exc:

@@ -205,9 +205,21 @@ def test_without_transactions_a_crash_before_the_offset_commit_copies_twice(clus
         second.close()
 
 
-def test_a_stalled_copier_is_a_zombie_whose_offsets_are_fenced(cluster):
+@pytest.fixture(scope="module")
+def unsafe_cluster(tmp_path_factory):
+    """One broker whose TxnOffsetCommit skips the group generation check (KIP-447's bug switch)."""
+    from cluster.launcher import LocalCluster
+
+    with LocalCluster(brokers=1, base_dir=tmp_path_factory.mktemp("unsafe"), seed=2,
+                      config={"transaction.offset.commit.skip.generation.check": "true"}) as running:
+        yield running
+
+
+@pytest.mark.parametrize("unsafe", [False, True], ids=["safe", "skip-generation-check"])
+def test_a_stalled_copier_is_a_zombie_whose_offsets_are_fenced(request, unsafe):
     import threading
 
+    cluster = request.getfixturevalue("unsafe_cluster" if unsafe else "cluster")
     n = next(_names)
     topics, group, options = (f"ei{n}", f"eo{n}"), f"eg{n}", {"stall_p": "0.5"}
     config = {**eos.default_client_config(options), "group.id": group}
@@ -244,11 +256,15 @@ def test_a_stalled_copier_is_a_zombie_whose_offsets_are_fenced(cluster):
                 break
         thread.join(60)
         assert copied is not None and [v for _, v in copied.value[0][1][0]] == [1, 2, 3]
-        # The zombie's offsets carry its old generation: refused, so its copy aborted.
-        assert stalled and stalled[0].type == "fail", stalled
         read = successor.invoke(Invocation(f="poll"))
-        assert read.type == "ok"
-        assert sorted(v >> COPY_ID_BITS for _, v in read.value[0][1][1]) == [1, 2, 3]
+        assert read.type == "ok" and stalled
+        copies = sorted(v >> COPY_ID_BITS for _, v in read.value[0][1][1])
+        if unsafe:
+            # The zombie's stale offsets are accepted and it commits: every record twice.
+            assert stalled[0].type == "ok" and copies == [1, 1, 2, 2, 3, 3]
+        else:
+            # Its offsets carry its old generation: refused, so its copy aborted.
+            assert stalled[0].type == "fail" and copies == [1, 2, 3], stalled
     finally:
         for client in (producer, zombie, successor):
             client.close()

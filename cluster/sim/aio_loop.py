@@ -87,21 +87,21 @@ class SimEventLoop(asyncio.BaseEventLoop):
         if delay is None:
             raise TypeError("delay must not be None")
         now_ns = self._scheduler.clock.monotonic_ns()
-        # Any positive delay moves the clock, however small: in float seconds a delay under
-        # about 1e-16 vanishes when added to the time, and code that re-arms until its own
-        # float arithmetic sees the deadline passed (aiokafka's linger timer) would spin at
-        # one instant forever. On a real clock the time spent computing breaks that cycle.
-        deadline_ns = now_ns + max(1, math.ceil(delay * 1e9)) if delay > 0 else now_ns
-        return self._timer_at_ns(now_ns / 1e9 + max(delay, 0.0), deadline_ns, callback, args, context)
+        return self._timer_at_ns(now_ns / 1e9 + max(delay, 0.0), now_ns + max(1, math.ceil(delay * 1e9)), callback, args, context)
 
     def call_at(self, when: float, callback: Callable[..., object], *args: Any, context: Any = None) -> asyncio.TimerHandle:
         if when is None:
             raise TypeError("when cannot be None")
         now_ns = self._scheduler.clock.monotonic_ns()
-        # Rounded up, and at least a nanosecond away when in the future (see call_later): a
-        # timer never fires before `when`, and never at the instant that asked for a later one.
-        deadline_ns = max(math.ceil(when * 1e9), now_ns + 1) if when > now_ns / 1e9 else now_ns
-        return self._timer_at_ns(when, deadline_ns, callback, args, context)
+        return self._timer_at_ns(when, max(math.ceil(when * 1e9), now_ns + 1), callback, args, context)
+
+    # Every timer fires at least 1 ns after it was set, never at the instant that set it. On
+    # a real clock time has always moved by then, and client code relies on it: aiokafka's
+    # auto-commit waits max(0, deadline - now) and commits only once now > deadline, so at
+    # now == deadline it waits 0 s and asks again; its linger timer re-arms for the ~5e-17 s
+    # its float arithmetic leaves, which vanishes when added to the time. On a clock that
+    # stands still while code runs, both spun at one instant forever. Rounded up, a timer
+    # also never fires before `when`.
 
     def _timer_at_ns(self, when: float, deadline_ns: int, callback: Callable[..., object], args: tuple[Any, ...],
                      context: Any) -> asyncio.TimerHandle:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import zlib
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,13 +30,16 @@ from cluster.sim.network import StreamConnection, VirtualNetwork
 
 @dataclass(frozen=True, slots=True)
 class TraceEntry:
-    """One request frame a client wrote: when (virtual ns), to which node, which API."""
+    """One request frame a client wrote: when (virtual ns), to which node, which API, and a
+    CRC32 of its bytes (so a replay that sent the same requests with other contents, say
+    topics in another order, does not pass for the same)."""
 
     time_ns: int
     node_id: int
     api_key: int
     api_version: int
     connection: int  # the client's n-th connection, in the order opened
+    crc32: int
 
 
 class SimTransport(asyncio.Transport):
@@ -108,7 +112,7 @@ class SimTransport(asyncio.Transport):
                 except RequestError:
                     api_key, api_version = -1, -1
                 self._trace.append(TraceEntry(self._loop._scheduler.clock.monotonic_ns(), self._stream.destination.node_id,
-                                              api_key, api_version, self._number))
+                                              api_key, api_version, self._number, zlib.crc32(frame)))
             self._stream.send(SIZE_PREFIX.pack(len(frame)) + frame)
 
     def can_write_eof(self) -> bool:

@@ -142,7 +142,7 @@ def run(seed: int, records: int = 200, rate_per_s: float = 500) -> Outcome:
 
     with SimAsyncio(sim) as runtime:
         runtime.run(main(), timeout_s=300)
-    lines = [f"{e.time_ns} node={e.node_id} api={e.api_key} v{e.api_version} conn={e.connection}" for e in runtime.trace]
+    lines = [f"{e.time_ns} node={e.node_id} api={e.api_key} v{e.api_version} conn={e.connection} crc={e.crc32:08x}" for e in runtime.trace]
     lines += [f"record {p} {o} {v.decode()}" for p, o, v in consumed]
     lines += [f"committed {p} {o}" for p, o in sorted(committed.items())]
     lines.append(f"end {sim.clock.monotonic_ns()}")

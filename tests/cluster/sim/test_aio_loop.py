@@ -77,6 +77,23 @@ def test_a_positive_delay_too_small_for_a_float_still_moves_time() -> None:
     loop.close()
 
 
+def test_a_timer_never_fires_at_the_instant_that_set_it() -> None:
+    # aiokafka's auto-commit pattern: act once now > deadline, else wait max(0, deadline - now).
+    # At now == deadline that waits 0 s; on a clock that stood still it would ask forever.
+    loop, scheduler = bare_loop()
+
+    async def wait_past(deadline: float) -> int:
+        waits = 0
+        while not loop.time() > deadline:
+            await asyncio.wait([loop.create_future()], timeout=max(0.0, deadline - loop.time()))
+            waits += 1
+        return waits
+
+    assert loop.run_until_complete(wait_past(2.0)) == 2  # 2 s, then 0 s (+1 ns)
+    assert scheduler.clock.monotonic_ns() == 2_000_000_001
+    loop.close()
+
+
 def test_cluster_events_run_while_the_client_sleeps() -> None:
     sim, loop, _ = cluster_loop()
     delivered = sim.network.messages_delivered

@@ -5,7 +5,9 @@ consumer) against three simulated brokers, the leader of a partition killed mid-
 and API, then every consumed record) that must be byte-identical for one seed, in any
 process. Run as a module it prints that trace, for the cross-process check:
 
-    python -m tests.cluster.sim.aiokafka_scenario SEED [RECORDS]
+    python -m tests.cluster.sim.aiokafka_scenario SEED [RECORDS [RATE_PER_S]]
+
+(and its speed on stderr).
 """
 
 from __future__ import annotations
@@ -151,5 +153,7 @@ def run(seed: int, records: int = 200, rate_per_s: float = 500) -> Outcome:
 
 
 if __name__ == "__main__":
-    outcome = run(int(sys.argv[1]), *(int(a) for a in sys.argv[2:3]))
+    outcome = run(int(sys.argv[1]), *(int(a) for a in sys.argv[2:3]), *(float(a) for a in sys.argv[3:4]))
     sys.stdout.write(outcome.trace)
+    sys.stderr.write(f"{outcome.speed.simulated_s:.2f} simulated s in {outcome.speed.wall_s:.2f} wall s of the loop "
+                     f"({outcome.speed.ratio:.1f}x), {outcome.client_requests} client requests\n")

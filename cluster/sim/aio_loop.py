@@ -114,7 +114,8 @@ class SimEventLoop(asyncio.BaseEventLoop):
     def _timer_due(self, handle: _VirtualTimerHandle) -> None:
         handle._scheduled = False
         handle._virtual = None
-        if not handle._cancelled:
+        # The cluster may run on after the loop is closed (sim.run_for): its timers are void.
+        if not handle._cancelled and not self.is_closed():
             self._ready.append(handle)
 
     def _timer_handle_cancelled(self, handle: asyncio.TimerHandle) -> None:

@@ -60,7 +60,10 @@ def test_timers_fire_in_deadline_order_at_their_virtual_times() -> None:
     loop.run_until_complete(asyncio.sleep(4))
     assert fired == [("soon", 0.0), ("a", 1.0), ("a2", 1.0), ("b", 2.0), ("c", 3.0)]
     assert scheduler.clock.monotonic_ns() == 4_000_000_000
+    loop.call_later(1.0, lambda: fired.append(("after close", loop.time())))
     loop.close()
+    scheduler.advance(2_000)  # the simulation runs on without the loop; its timers are void
+    assert fired[-1] == ("c", 3.0) and not loop._ready
 
 
 def test_a_positive_delay_too_small_for_a_float_still_moves_time() -> None:

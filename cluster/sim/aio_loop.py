@@ -83,6 +83,10 @@ class SimEventLoop(asyncio.BaseEventLoop):
     def time(self) -> float:
         return self._scheduler.clock.monotonic_ns() / 1e9
 
+    def now_ns(self) -> int:
+        """The virtual time, exact (for traces: `time()` is a float)."""
+        return self._scheduler.clock.monotonic_ns()
+
     def call_later(self, delay: float, callback: Callable[..., object], *args: Any, context: Any = None) -> asyncio.TimerHandle:
         if delay is None:
             raise TypeError("delay must not be None")

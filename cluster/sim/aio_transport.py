@@ -111,7 +111,7 @@ class SimTransport(asyncio.Transport):
                     api_key, api_version, _ = peek_header(frame)
                 except RequestError:
                     api_key, api_version = -1, -1
-                self._trace.append(TraceEntry(self._loop._scheduler.clock.monotonic_ns(), self._stream.destination.node_id,
+                self._trace.append(TraceEntry(self._loop.now_ns(), self._stream.destination.node_id,
                                               api_key, api_version, self._number, zlib.crc32(frame)))
             self._stream.send(SIZE_PREFIX.pack(len(frame)) + frame)
 

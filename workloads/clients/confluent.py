@@ -429,27 +429,32 @@ class QueueClient:
                         kept[key] = max(kept.get(key, -1), tp.offset)
             except KafkaException as exc:
                 log.debug("position before assign: %s", exc)
+        if seek_to_beginning:
+            starts = {k: OFFSET_BEGINNING for k in keys}
+        else:
+            looked_up = self._start_offsets(consumer, [k for k in keys if k not in kept])
+            if isinstance(looked_up, Outcome):
+                # Nothing was changed: the previous assignment and positions stand.
+                return Completion("fail", invocation.value, error=looked_up.error)
+            starts = {**looked_up, **kept}
         self._positions = dict(kept)
         if self._subscribed:
             consumer.unsubscribe()
             self._subscribed = False
-        if seek_to_beginning:
-            starts = {k: OFFSET_BEGINNING for k in keys}
-        else:
-            starts = {**self._start_offsets(consumer, [k for k in keys if k not in kept]), **kept}
-        consumer.assign([self.keys.topic_partition(k, starts.get(k, OFFSET_STORED)) for k in keys])
+        consumer.assign([self.keys.topic_partition(k, starts[k]) for k in keys])
         self._assigned, self._at_end = set(keys), set()
         return Completion("ok", invocation.value)
 
-    def _start_offsets(self, consumer: Consumer, keys: list[int]) -> dict[int, int]:
+    def _start_offsets(self, consumer: Consumer, keys: list[int]) -> dict[int, int] | Outcome:
         """Where new keys start, as librdkafka would find it (the group's committed offset,
         else auto.offset.reset=earliest: the low watermark), looked up here so that assign()
         gets explicit offsets. Left to librdkafka (OFFSET_STORED), a partition removed and
         added back while its lookup is out gets an outdated answer that arms librdkafka
         2.16's offset-query timer, and the timer later resets the partition to the
         beginning after it was assigned and read again: a re-read from offset 0 that the
-        cluster never caused (README, "Invalid verdicts on the safe cluster"). A key whose
-        lookup fails (a fault) is left to librdkafka."""
+        cluster never caused (README, "Invalid verdicts on the safe cluster"). If a lookup
+        fails (a fault), the assign fails: handing the key to librdkafka instead would bring
+        the hazard back exactly when the coordinator is unreachable."""
         if not keys:
             return {}
         deadline = time.monotonic() + START_LOOKUP_TIMEOUT_S
@@ -457,22 +462,23 @@ class QueueClient:
         try:
             committed = consumer.committed([self.keys.topic_partition(k) for k in keys], timeout=START_LOOKUP_TIMEOUT_S)
         except (KafkaException, RuntimeError) as exc:
-            log.debug("committed offsets of %s: %s", keys, exc)
-            return {}
+            return Outcome("fail", ["start-offset-lookup", f"committed offsets: {exc}"])
         for key, tp in zip(keys, committed):
-            if tp.error is None and tp.offset >= 0:
+            if tp.error is not None:
+                return Outcome("fail", ["start-offset-lookup", f"committed offset of key {key}: {tp.error}"])
+            if tp.offset >= 0:
                 starts[key] = tp.offset
                 continue
             left_s = deadline - time.monotonic()
-            if tp.error is not None or left_s <= 0:
-                continue
+            if left_s <= 0:
+                return Outcome("fail", ["start-offset-lookup", f"no time left for key {key}'s low watermark"])
             try:
                 low, _ = consumer.get_watermark_offsets(self.keys.topic_partition(key), timeout=left_s, cached=False)
             except (KafkaException, RuntimeError) as exc:
-                log.debug("low watermark of key %s: %s", key, exc)
-                continue
-            if low >= 0:
-                starts[key] = low
+                return Outcome("fail", ["start-offset-lookup", f"low watermark of key {key}: {exc}"])
+            if low is None or low < 0:
+                return Outcome("fail", ["start-offset-lookup", f"key {key} has no low watermark yet"])
+            starts[key] = low
         return starts
 
     def _subscribe(self, invocation: Invocation) -> Completion:

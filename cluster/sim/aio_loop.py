@@ -21,7 +21,7 @@ import functools
 import math
 import socket
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from cluster.runtime.virtual_time import VirtualScheduler, VirtualTimer
 
@@ -35,15 +35,13 @@ class SimulationStalled(RuntimeError):
     never happen (a real loop would block forever)."""
 
 
-class Connector:
+class Connector(Protocol):
     """What the loop needs from the simulated network (implemented by `aio_transport`)."""
 
-    def resolve(self, host: str) -> str | None:
-        raise NotImplementedError
+    def resolve(self, host: str) -> str | None: ...
 
     async def connect(self, loop: SimEventLoop, protocol_factory: Callable[[], asyncio.BaseProtocol], address: str,
-                      port: int) -> tuple[asyncio.Transport, asyncio.BaseProtocol]:
-        raise NotImplementedError
+                      port: int) -> tuple[asyncio.Transport, asyncio.BaseProtocol]: ...
 
 
 class _VirtualTimerHandle(asyncio.TimerHandle):

@@ -38,7 +38,7 @@ from workloads.clients.confluent import (
     producer_config,
 )
 from workloads.clients.errors import Outcome, classify, describe
-from workloads.clients.txn import TxnCallHung, bounded
+from workloads.clients.txn import BoundedTxnCalls
 
 log = logging.getLogger("logquake.client.eos")
 
@@ -94,7 +94,7 @@ def _kafka_error(exc: BaseException) -> KafkaError | None:
     return args[0] if args and isinstance(args[0], KafkaError) else None
 
 
-class EosClient:
+class EosClient(BoundedTxnCalls):
     def __init__(self, *, bootstrap_servers: str, client_config: dict[str, str], input_topic: str,
                  output_topic: str, partitions: int, batch_size: int, poll_ms: int, topics: TopicCreator,
                  transactional_id: str | None):
@@ -167,14 +167,6 @@ class EosClient:
             self._call(lambda: producer.init_transactions(INIT_TIMEOUT_S), INIT_TIMEOUT_S, "init_transactions")
             self._ready = True
         return self._producer
-
-    def _call(self, call: Any, timeout_s: float, what: str) -> Any:
-        try:
-            return bounded(call, timeout_s, what)
-        except TxnCallHung:
-            log.warning("%s: %s hung; abandoning the producer", self.transactional_id, what)
-            self._hung = True
-            raise
 
     def _copy(self, invocation: Invocation) -> Completion:
         completion = self._copy_(invocation)

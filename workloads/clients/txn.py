@@ -96,7 +96,24 @@ def _kafka_error(exc: BaseException) -> KafkaError | None:
     return args[0] if args and isinstance(args[0], KafkaError) else None
 
 
-class TxnQueueClient(QueueClient):
+class BoundedTxnCalls:
+    """For clients with a transactional producer: `_call` runs a librdkafka transactional call
+    through `bounded`; one that hangs marks the client `_hung`, and the client then abandons
+    its producer and ends the process (the queue and eos clients share this)."""
+
+    transactional_id: str | None
+    _hung: bool
+
+    def _call(self, call: Any, timeout_s: float, what: str) -> Any:
+        try:
+            return bounded(call, timeout_s, what)
+        except TxnCallHung:
+            log.warning("%s: %s hung; abandoning the producer", self.transactional_id, what)
+            self._hung = True
+            raise
+
+
+class TxnQueueClient(BoundedTxnCalls, QueueClient):
     """QueueClient whose send/poll/txn ops each run in one Kafka transaction."""
 
     def __init__(self, *, transactional_id: str, **kwargs: Any):
@@ -117,14 +134,6 @@ class TxnQueueClient(QueueClient):
             self._call(lambda: producer.init_transactions(INIT_TIMEOUT_S), INIT_TIMEOUT_S, "init_transactions")
             self._ready = True
         return self._sender
-
-    def _call(self, call: Any, timeout_s: float, what: str) -> Any:
-        try:
-            return bounded(call, timeout_s, what)
-        except TxnCallHung:
-            log.warning("%s: %s hung; abandoning the producer", self.transactional_id, what)
-            self._hung = True
-            raise
 
     def invoke(self, invocation: Invocation) -> Completion:
         if invocation.f not in ("send", "poll", "txn"):

@@ -211,6 +211,19 @@ def consume_available(consumer: Consumer, max_records: int, timeout_s: float) ->
     return [first] + consumer.consume(num_messages=max_records - 1, timeout=0) if max_records > 1 else [first]
 
 
+def seek_to_first(consumer: Consumer, topic: str, messages: list[Any]) -> None:
+    """Seek each partition of `topic` that `messages` came from back to the first of them:
+    an op that did not take effect leaves a group consumer where it found it."""
+    first: dict[int, int] = {}
+    for msg in messages:
+        first.setdefault(msg.partition(), msg.offset())
+    for partition, offset in first.items():
+        try:
+            consumer.seek(TopicPartition(topic, partition, offset))
+        except (KafkaException, RuntimeError) as exc:
+            log.debug("rewind of %s partition %s to %s failed: %s", topic, partition, offset, exc)
+
+
 def records_by_key(messages: list[Any], keys: KeyMap,
                    at_end: set[int] | None = None) -> tuple[dict[int, list[list[int]]], Outcome | None]:
     """Group polled messages as {key: [[offset, value], ...]}, in poll order; the first

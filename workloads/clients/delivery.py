@@ -10,7 +10,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from harness.generator import Completion, Invocation
 from workloads.clients.confluent import (
-    KeyMap, Sender, TopicCreator, close_with_timeout, consume_available, consumer_config,
+    KeyMap, Sender, TopicCreator, close_with_timeout, consume_available, consumer_config, seek_to_first,
 )
 from workloads.clients.errors import classify, describe
 
@@ -142,14 +142,7 @@ class DeliveryClient:
                                  asynchronous=False)
 
     def _rewind(self, batch: list[Any]) -> None:
-        first: dict[int, int] = {}
-        for msg in batch:
-            first.setdefault(msg.partition(), msg.offset())
-        for partition, offset in first.items():
-            try:
-                self._consumer_().seek(TopicPartition(self.topic, partition, offset))
-            except (KafkaException, RuntimeError) as exc:
-                log.debug("rewind of partition %s to %s failed: %s", partition, offset, exc)
+        seek_to_first(self._consumer_(), self.topic, batch)
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._rebalance_log.append({"type": "assigned", "keys": sorted(tp.partition for tp in partitions)})

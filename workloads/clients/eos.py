@@ -35,7 +35,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from harness.generator import Completion, Invocation
 from workloads.clients.confluent import (
     KeyMap, Sender, TopicCreator, TopicError, close_with_timeout, consume_available, consumer_config,
-    producer_config,
+    producer_config, seek_to_first,
 )
 from workloads.clients.errors import Outcome, classify, describe
 from workloads.clients.txn import BoundedTxnCalls
@@ -326,14 +326,7 @@ class EosClient(BoundedTxnCalls):
         return Completion("ok", value)
 
     def _rewind(self, records: list[Any]) -> None:
-        first: dict[int, int] = {}
-        for msg in records:
-            first.setdefault(msg.partition(), msg.offset())
-        for partition, offset in first.items():
-            try:
-                self._consumer_().seek(TopicPartition(self.input_topic, partition, offset))
-            except (KafkaException, RuntimeError) as exc:
-                log.debug("rewind of partition %s to %s failed: %s", partition, offset, exc)
+        seek_to_first(self._consumer_(), self.input_topic, records)
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._rebalance_log.append({"type": "assigned", "keys": sorted(tp.partition for tp in partitions)})

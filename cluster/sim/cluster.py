@@ -20,6 +20,7 @@ from cluster.controller.config import ControllerConfig
 from cluster.controller.core import CONTROLLER_VERSIONS, Controller
 from cluster.protocol.codec import build, request_class
 from cluster.runtime.virtual_time import NodeClock, VirtualClock, VirtualScheduler
+from cluster.sim.link_fault import LinkFault, LinkFaultError
 from cluster.sim.network import NodeScheduler, SimNode, VirtualNetwork, VirtualOutbound
 from cluster.storage.disk import MemoryDisk
 
@@ -43,6 +44,11 @@ SIM_DEFAULTS = {
 
 def broker_host(broker_id: int) -> str:
     return f"127.0.0.{10 + broker_id}"
+
+
+def _is_loopback_address(host: str) -> bool:
+    parts = host.split(".")
+    return len(parts) == 4 and parts[0] == "127" and all(p.isdigit() and 0 <= int(p) <= 255 for p in parts)
 
 
 class SimTimeout(AssertionError):
@@ -217,6 +223,39 @@ class SimCluster:
 
     def heal(self) -> None:
         self.network.heal()
+
+    # ---- link faults (delay, loss, duplication, reordering: see cluster.sim.network) ------
+
+    def link_host(self, node: int | str) -> str:
+        """The address of a node for link faults: a broker id, CONTROLLER_ID or "controller",
+        "client", or a client's own host address (127.x.y.z). Raises LinkFaultError naming
+        what is wrong."""
+        if isinstance(node, bool):
+            raise LinkFaultError(f"{node!r} is not a node")
+        if isinstance(node, int):
+            if node == CONTROLLER_ID:
+                return CONTROLLER_HOST
+            if node not in self._slots:
+                raise LinkFaultError(f"no broker {node}; brokers: {self.broker_ids}, controller: {CONTROLLER_ID}")
+            return broker_host(node)
+        if node in ("controller", "client"):
+            return self.host_of(node)
+        if isinstance(node, str) and _is_loopback_address(node):
+            return node
+        raise LinkFaultError(f"{node!r} is not a node: give a broker id, {CONTROLLER_ID} or 'controller', 'client', or a 127.x.y.z host")
+
+    def set_link_fault(self, from_node: int | str, to_node: int | str, fault: LinkFault, tag: str = "") -> None:
+        """Apply `fault` to messages from `from_node` to `to_node` (one direction), replacing
+        what `tag` set on that link before."""
+        self.network.set_link_fault(self.link_host(from_node), self.link_host(to_node), fault, tag)
+
+    def set_node_fault(self, node: int | str, fault: LinkFault, tag: str = "") -> None:
+        """Apply `fault` to every link to and from `node`."""
+        self.network.set_node_fault(self.link_host(node), fault, tag)
+
+    def clear_link_faults(self, tag: str | None = None) -> None:
+        """Clear the link faults `tag` set, or all of them."""
+        self.network.clear_link_faults(tag)
 
     # ---- time ----------------------------------------------------------------------------
 

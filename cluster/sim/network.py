@@ -16,6 +16,40 @@ Besides node-to-node requests (`send`, given kio bodies), the network carries by
 for clients that bring their own protocol code (`connect_stream`: an unmodified Kafka client
 on the simulator's asyncio loop): their request frames are decoded and served by the same
 nodes, and the encoded answers come back as bytes.
+
+Link faults (`set_link_fault` for one direction between two hosts, `set_node_fault` for every
+link touching a host; settings from different `tag`s add up, see `LinkFault.plus`). Every
+connection here stands for a TCP connection, and Kafka's protocol relies on what TCP
+guarantees: a connection's bytes arrive complete, once and in order, or the connection
+breaks. So each fault is applied as a real network under TCP would make it visible:
+
+- delay / jitter: each message on the link arrives `delay_ms` + U[0, `jitter_ms`) later.
+  A connection's messages still arrive in the order sent (TCP reassembles them; a later one
+  waits behind an earlier, slower one), so jitter reorders messages only across
+  connections and against other links.
+- loss: a lost transmission is retransmitted by TCP after the RTO (200 ms, doubling with
+  each further loss of the same segment; a SYN starts at 1 s), and everything sent after it
+  on the connection waits behind it (head-of-line blocking). Nothing disappears from a live
+  connection. A segment lost more than `tcp_retries2` (15) times in a row is never
+  delivered and its connection stalls: Linux would give up only after 15+ minutes, far
+  beyond any Kafka request timeout, so the sender's own timeout breaks the connection first,
+  as it would on a real host. A lost RST (a refused connection's answer) is not resent.
+- duplicate: TCP discards a duplicated segment by its sequence number, so a network
+  duplicate never reaches the application on the same connection. What a server does see
+  twice is a request sent again on a fresh connection (a sender's retry whose first copy got
+  through too). A duplicated request is delivered once more on a connection of its own
+  from the same host, within one minimum latency of the original (before the sender could
+  have acted on the original's answer), and the copy's answer is discarded by its sender.
+  The server may execute the copy before or after the original, both orders a retrying
+  sender produces. Only requests are duplicated (an answer cannot be: the sender of the
+  request reads one answer per request on its connection), and never an acks=0 Produce
+  (whose senders do not retry: a second copy could only come from a broken TCP).
+- reorder: with the given probability a message skips the link's delay and jitter
+  (netem's reorder), so it overtakes messages sent earlier on the link's other connections;
+  on its own connection it still waits for those before it.
+
+A setting applies to messages sent after it is made; messages already in flight keep the
+fate they were given.
 """
 
 from __future__ import annotations
@@ -33,6 +67,8 @@ from cluster.protocol.codec import (Request, RequestError, UnsupportedVersionErr
                                     peek_header, unsupported_api_versions_response)
 from cluster.protocol.versions import ApiKey
 from cluster.runtime.virtual_time import VirtualScheduler, VirtualTimer
+from cluster.sim.link_fault import (NO_FAULT, TCP_RETRIES2, TCP_RTO_MIN_MS, TCP_SYN_RETRIES, TCP_SYN_RTO_MS, LinkFault, LinkFaultError,
+                                    retransmission_delay_ms)
 
 log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
@@ -72,6 +108,21 @@ class _Connection:
     alive: bool = True
     # A stream's owner hears of a reset or a close by the server here (the TCP RST/FIN).
     on_lost: Callable[[str], None] | None = None
+    # A duplicated request's own connection: it carries that one request, and its answer is
+    # discarded by the sender.
+    copy: bool = False
+
+
+@dataclass(slots=True)
+class LinkFaultStats:
+    """What the link faults did, summed over every link, for tests and reports."""
+
+    delayed: int = 0        # messages given extra delay or jitter
+    reordered: int = 0      # messages that skipped the link's delay
+    retransmitted: int = 0  # transmissions lost and sent again
+    stalled: int = 0        # segments lost for good (their connection stalls)
+    rst_lost: int = 0       # refusals (RST) lost
+    duplicated: int = 0     # request copies served
 
 
 class StreamConnection:
@@ -120,6 +171,14 @@ class VirtualNetwork:
         self._correlations = itertools.count(1)
         self.messages_delivered = 0
         self.messages_dropped = 0
+        # Link faults by (tag, from host, to host); a node's by (tag, host). The effective
+        # fault of a direction is cached until a setting changes.
+        self._link_faults: dict[tuple[str, str, str], LinkFault] = {}
+        self._node_faults: dict[tuple[str, str], LinkFault] = {}
+        self._effective_faults: dict[tuple[str, str], LinkFault | None] = {}
+        self._stalled: set[object] = set()  # connection directions behind a segment lost for good
+        self._copies = itertools.count(1)
+        self.fault_stats = LinkFaultStats()
 
     # ---- topology ---------------------------------------------------------------------
 
@@ -193,19 +252,80 @@ class VirtualNetwork:
     def outbound_for(self, host: str) -> VirtualOutbound:
         return VirtualOutbound(self, host)
 
+    # ---- link faults ------------------------------------------------------------------
+
+    def set_link_fault(self, from_host: str, to_host: str, fault: LinkFault, tag: str = "") -> None:
+        """Apply `fault` to messages from `from_host` to `to_host` (one direction), replacing
+        what `tag` set there before; a fault with nothing set clears it."""
+        _check_hosts(from_host, to_host)
+        if not isinstance(fault, LinkFault):
+            raise LinkFaultError(f"a link fault must be a LinkFault, not {fault!r}")
+        key = (tag, from_host, to_host)
+        if fault.is_noop:
+            self._link_faults.pop(key, None)
+        else:
+            self._link_faults[key] = fault
+        self._effective_faults.clear()
+
+    def set_node_fault(self, host: str, fault: LinkFault, tag: str = "") -> None:
+        """Apply `fault` to every link touching `host`, both directions."""
+        _check_hosts(host)
+        if not isinstance(fault, LinkFault):
+            raise LinkFaultError(f"a link fault must be a LinkFault, not {fault!r}")
+        if fault.is_noop:
+            self._node_faults.pop((tag, host), None)
+        else:
+            self._node_faults[(tag, host)] = fault
+        self._effective_faults.clear()
+
+    def clear_link_faults(self, tag: str | None = None) -> None:
+        """Clear what `tag` set (every setting when None)."""
+        if tag is None:
+            self._link_faults.clear()
+            self._node_faults.clear()
+        else:
+            self._link_faults = {k: f for k, f in self._link_faults.items() if k[0] != tag}
+            self._node_faults = {k: f for k, f in self._node_faults.items() if k[0] != tag}
+        self._effective_faults.clear()
+
+    def link_fault(self, from_host: str, to_host: str) -> LinkFault:
+        """The fault messages from `from_host` to `to_host` get now (every setting added up)."""
+        return self._fault_on(from_host, to_host) or NO_FAULT
+
+    def _fault_on(self, from_host: str, to_host: str) -> LinkFault | None:
+        if not self._link_faults and not self._node_faults:
+            return None
+        key = (from_host, to_host)
+        if key in self._effective_faults:
+            return self._effective_faults[key]
+        total = NO_FAULT
+        # Settings add up in the order they were first made: deterministic for one script.
+        for (_, src, dst), fault in self._link_faults.items():
+            if src == from_host and dst == to_host:
+                total = total.plus(fault)
+        for (_, host), fault in self._node_faults.items():
+            if host in key:
+                total = total.plus(fault)
+        effective = None if total.is_noop else total
+        self._effective_faults[key] = effective
+        return effective
+
     # ---- delivery ---------------------------------------------------------------------
 
     def _latency_ms(self) -> float:
         return self._min_latency_ms + (self._max_latency_ms - self._min_latency_ms) * self._rng.random()
 
-    def _deliver(self, from_host: str, to_host: str, action: Callable[[], None], channel: object = None) -> None:
+    def _deliver(self, from_host: str, to_host: str, action: Callable[[], None], channel: object = None, *,
+                 segment: str = "data", copy: Callable[[], None] | None = None) -> None:
         """Run `action` at `to_host` after a latency; messages on one `channel` (a connection
-        direction) arrive in the order sent, as on a TCP stream."""
-        if self.is_blocked(from_host, to_host):
+        direction) arrive in the order sent, as on a TCP stream. `segment` says how TCP
+        treats a loss of it: "data" and "syn" are retransmitted, "rst" is not. `copy`, for
+        requests, delivers the copy when the link duplicates it."""
+        if self.is_blocked(from_host, to_host) or channel in self._stalled:
             self.messages_dropped += 1
             return
 
-        def arrive() -> None:
+        def arrive(action: Callable[[], None] = action) -> None:
             # A partition that began while the message was in flight drops it too.
             if self.is_blocked(from_host, to_host):
                 self.messages_dropped += 1
@@ -215,11 +335,52 @@ class VirtualNetwork:
                 action()
 
         now_ns = self.scheduler.clock.monotonic_ns()
-        arrival_ns = now_ns + int(self._latency_ms() * 1_000_000)
+        delay_ms = self._latency_ms()
+        fault = self._fault_on(from_host, to_host)
+        duplicate = False
+        if fault is not None:
+            extra_ms = self._faulted_delay_ms(fault, segment)
+            if extra_ms is None:
+                # Lost for good: nothing after it on the connection arrives either.
+                if channel is not None:
+                    self._stalled.add(channel)
+                return
+            delay_ms += extra_ms
+            duplicate = copy is not None and fault.duplicate > 0 and self._rng.random() < fault.duplicate
+        arrival_ns = now_ns + int(delay_ms * 1_000_000)
         if channel is not None:
             arrival_ns = max(arrival_ns, self._last_arrival_ns.get(channel, 0))
             self._last_arrival_ns[channel] = arrival_ns
-        self.scheduler.call_later((arrival_ns - now_ns) / 1_000_000, arrive)
+        # At the exact ns: a delay in float ms may round 1 ns short and put a message ahead of
+        # the one before it on its connection.
+        self.scheduler.call_at_ns(arrival_ns, arrive)
+        if duplicate and copy is not None:
+            # Within one minimum latency of the original: the sender cannot have seen its answer.
+            self.scheduler.call_at_ns(arrival_ns + int(self._min_latency_ms * self._rng.random() * 1_000_000), lambda: arrive(copy))
+
+    def _faulted_delay_ms(self, fault: LinkFault, segment: str) -> float | None:
+        """The extra delay `fault` gives one message, or None if it is never delivered. The
+        draws are made in a fixed order, and only for the fields that are set."""
+        extra_ms = 0.0
+        if fault.reorder > 0 and self._rng.random() < fault.reorder:
+            self.fault_stats.reordered += 1
+        elif fault.delay_ms or fault.jitter_ms:
+            extra_ms = fault.delay_ms + (fault.jitter_ms * self._rng.random() if fault.jitter_ms else 0.0)
+            self.fault_stats.delayed += 1
+        if fault.loss > 0:
+            retries = TCP_SYN_RETRIES if segment == "syn" else TCP_RETRIES2
+            losses = 0
+            while losses <= retries and self._rng.random() < fault.loss:
+                losses += 1
+            if losses and segment == "rst":
+                self.fault_stats.rst_lost += 1
+                return None
+            if losses > retries:
+                self.fault_stats.stalled += 1
+                return None
+            self.fault_stats.retransmitted += losses
+            extra_ms += retransmission_delay_ms(losses, TCP_SYN_RTO_MS if segment == "syn" else TCP_RTO_MIN_MS)
+        return extra_ms
 
     def send(self, source_host: str, destination: Endpoint, api_key: int, api_version: int, body: Any,
              on_done: Callable[[OutboundResult], None], timeout_ms: int) -> None:
@@ -236,14 +397,17 @@ class VirtualNetwork:
             if node is None or not node.up:
                 # Connection refused: the failure comes back after one round trip.
                 reason = f"cannot connect to {destination}: connection refused"
-                self.scheduler.call_later(self._latency_ms() * 2, lambda: on_done(OutboundResult(None, reason)))
+                self.scheduler.call_later(self._latency_ms() * 2 + self.link_fault(source_host, destination.host).delay_ms
+                                          + self.link_fault(destination.host, source_host).delay_ms,
+                                          lambda: on_done(OutboundResult(None, reason)))
                 return
             connection = self._connections[key] = _Connection(source_host, destination, next(self._generations))
         call = _Call(correlation_id, api_key, api_version, frame, on_done)
         call.timer = self.scheduler.call_later(timeout_ms, lambda: self._timed_out(connection, call, timeout_ms))
         connection.calls.append(call)
         generation = connection.generation
-        self._deliver(source_host, destination.host, lambda: self._arrive(connection, generation, call), (generation, "request"))
+        self._deliver(source_host, destination.host, lambda: self._arrive(connection, generation, call), (generation, "request"),
+                      copy=lambda: self._arrive_copy(connection, generation, call))
 
     def connect_stream(self, source_host: str, destination: Endpoint, on_frame: Callable[[bytes], None], on_lost: Callable[[str], None],
                        on_connected: Callable[[StreamConnection], None], on_refused: Callable[[str], None]) -> None:
@@ -258,14 +422,14 @@ class VirtualNetwork:
         def syn_arrives() -> None:
             node = self._nodes.get((destination.host, destination.port))
             if node is None or not node.up:
-                self._deliver(destination.host, source_host, lambda: on_refused(f"connection to {destination} refused"))
+                self._deliver(destination.host, source_host, lambda: on_refused(f"connection to {destination} refused"), segment="rst")
                 return
             connection = self._connections[(source_host, endpoint.host, endpoint.port, endpoint.channel)] = \
                 _Connection(source_host, endpoint, next(self._generations))
             stream = StreamConnection(self, connection, on_frame, on_lost)
-            self._deliver(destination.host, source_host, lambda: on_connected(stream), (connection.generation, "response"))
+            self._deliver(destination.host, source_host, lambda: on_connected(stream), (connection.generation, "response"), segment="syn")
 
-        self._deliver(source_host, destination.host, syn_arrives)
+        self._deliver(source_host, destination.host, syn_arrives, segment="syn")
 
     def _send_frame(self, connection: _Connection, frame: bytes, on_frame: Callable[[bytes], None]) -> None:
         if not connection.alive:
@@ -277,7 +441,8 @@ class VirtualNetwork:
         call = _Call(correlation_id, api_key, api_version, frame, lambda _: None, on_frame=on_frame)
         connection.calls.append(call)
         generation = connection.generation
-        self._deliver(connection.source_host, connection.destination.host, lambda: self._arrive(connection, generation, call), (generation, "request"))
+        self._deliver(connection.source_host, connection.destination.host, lambda: self._arrive(connection, generation, call), (generation, "request"),
+                      copy=lambda: self._arrive_copy(connection, generation, call))
 
     def close(self, source_host: str, destination: Endpoint) -> None:
         connection = self._connections.pop((source_host, destination.host, destination.port, destination.channel), None)
@@ -289,6 +454,17 @@ class VirtualNetwork:
             return
         connection.unserved.append(call)
         self._serve_next(connection)
+
+    def _arrive_copy(self, connection: _Connection, generation: int, call: _Call) -> None:
+        """A duplicated request reaches the server on a connection of its own, while the
+        original's connection lives (a crash or reset that ended it ended the copy too)."""
+        if not connection.alive or connection.generation != generation:
+            return
+        own = _Connection(connection.source_host, connection.destination.on_channel(f"copy-{next(self._copies)}"),
+                          next(self._generations), copy=True)
+        own.unserved.append(_Call(call.correlation_id, call.api_key, call.api_version, call.frame, _ignore_result,
+                                  on_frame=_ignore_frame if call.on_frame is not None else None))
+        self._serve_next(own)
 
     def _serve_next(self, connection: _Connection) -> None:
         while connection.alive and not connection.server_busy and connection.unserved:
@@ -309,6 +485,11 @@ class VirtualNetwork:
                 log.info("sim: %s closes the connection from %s: %s", connection.destination, connection.source_host, error)
                 self._fail(connection, f"{connection.destination} closed the connection: {error}", notify=True)
                 return
+            if connection.copy:
+                if request.api_key == ApiKey.PRODUCE and getattr(request.body, "acks", -1) == 0:
+                    connection.alive = False  # acks=0 senders never retry: no copy to serve
+                    return
+                self.fault_stats.duplicated += 1
             connection.server_busy = True
             answered = False
             generation = connection.generation
@@ -327,6 +508,9 @@ class VirtualNetwork:
         if not connection.alive or connection.generation != generation:
             return
         connection.server_busy = False
+        if connection.copy:
+            connection.alive = False  # its sender discards the answer and closes it
+            return
         if response.chunks:
             frame = b"".join(bytes(chunk) for chunk in response.chunks)
             self._deliver(connection.destination.host, connection.source_host, lambda: self._answer(connection, generation, call, frame), (generation, "response"))
@@ -375,8 +559,9 @@ class VirtualNetwork:
         if not connection.alive:
             return
         connection.alive = False
-        self._last_arrival_ns.pop((connection.generation, "request"), None)
-        self._last_arrival_ns.pop((connection.generation, "response"), None)
+        for direction in ("request", "response"):
+            self._last_arrival_ns.pop((connection.generation, direction), None)
+            self._stalled.discard((connection.generation, direction))
         key = (connection.source_host, connection.destination.host, connection.destination.port, connection.destination.channel)
         if self._connections.get(key) is connection:
             del self._connections[key]
@@ -389,6 +574,22 @@ class VirtualNetwork:
                 call.on_done(OutboundResult(None, reason))
         if notify and connection.on_lost is not None:
             connection.on_lost(reason)
+
+
+def _ignore_result(_: OutboundResult) -> None:
+    pass
+
+
+def _ignore_frame(_: bytes) -> None:
+    pass
+
+
+def _check_hosts(*hosts: object) -> None:
+    for host in hosts:
+        if not isinstance(host, str) or not host:
+            raise LinkFaultError(f"a host must be a non-empty address string, not {host!r}")
+    if len(hosts) == 2 and hosts[0] == hosts[1]:
+        raise LinkFaultError(f"a link joins two different hosts; got {hosts[0]!r} twice")
 
 
 class VirtualOutbound:

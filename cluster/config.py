@@ -62,6 +62,52 @@ def parse_assignments(pairs: list[str]) -> dict[str, str]:
     return out
 
 
+def parse_advertised_listener(text: str) -> tuple[str, int] | None:
+    """Kafka's advertised.listeners, restricted to what this broker serves: one PLAINTEXT
+    listener, "PLAINTEXT://HOST:PORT". Empty: advertise the bind address (Kafka's default)."""
+    text = text.strip()
+    if not text:
+        return None
+    name, sep, address = text.partition("://")
+    host, colon, port = address.rpartition(":")
+    if "," in text:
+        raise ValueError(f"advertised.listeners={text!r}: this broker serves one listener, PLAINTEXT://HOST:PORT")
+    if not sep or name != "PLAINTEXT":
+        raise ValueError(f"advertised.listeners={text!r}: expected PLAINTEXT://HOST:PORT (the only listener served)")
+    try:
+        if not colon or not host:
+            raise ValueError
+        port_number = int(port)
+    except ValueError:
+        raise ValueError(f"advertised.listeners={text!r}: expected PLAINTEXT://HOST:PORT") from None
+    if not 1 <= port_number <= 65535:
+        raise ValueError(f"advertised.listeners={text!r}: the port must lie in [1, 65535]")
+    return host, port_number
+
+
+def parse_address_overrides(text: str) -> dict[int, tuple[str, int]]:
+    """logquake's own inter.broker.address.overrides: "ID@HOST:PORT,..." -> {ID: (HOST, PORT)}."""
+    out: dict[int, tuple[str, int]] = {}
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        node, at, address = item.partition("@")
+        host, colon, port = address.rpartition(":")
+        try:
+            if not at or not colon or not host:
+                raise ValueError
+            node_id, port_number = int(node), int(port)
+        except ValueError:
+            raise ValueError(f"inter.broker.address.overrides: {item!r}: expected ID@HOST:PORT") from None
+        if node_id in out:
+            raise ValueError(f"inter.broker.address.overrides: node {node_id} is named twice")
+        if not 1 <= port_number <= 65535:
+            raise ValueError(f"inter.broker.address.overrides: {item!r}: the port must lie in [1, 65535]")
+        out[node_id] = (host, port_number)
+    return out
+
+
 def parse_voter(text: str) -> tuple[int, str, int]:
     """KRaft's "ID@HOST:PORT" (one voter: this cluster runs a single controller)."""
     node, at, address = text.partition("@")
@@ -100,6 +146,15 @@ class BrokerConfig:
     # "ID@HOST:PORT" of the controller; empty: this process runs its own controller in
     # process (KRaft's combined mode, process.roles=broker,controller).
     controller_quorum_voters: str = ""  # controller.quorum.voters
+    # advertised.listeners (Kafka's): the address registered with the controller and so
+    # returned by Metadata and FindCoordinator; None advertises host:port. A proxy in front of
+    # the broker is advertised this way, so clients reach the broker only through it.
+    advertised_listener: tuple[str, int] | None = None  # advertised.listeners
+    # Our own: where this broker dials each other node, by node id, instead of the address
+    # that node registered. Kafka dials the advertised address of the inter-broker listener,
+    # the same for every source; the bundled cluster gives each broker its own map, so that
+    # each directed broker-to-broker link can pass through a proxy of its own.
+    inter_broker_address_overrides: Mapping[int, tuple[str, int]] = field(default_factory=dict)  # inter.broker.address.overrides
     controller_request_timeout_ms: int = 2000  # controller.quorum.request.timeout.ms
     broker_heartbeat_interval_ms: int = 2000  # broker.heartbeat.interval.ms
     broker_session_timeout_ms: int = 9000  # broker.session.timeout.ms
@@ -156,8 +211,16 @@ class BrokerConfig:
         return parse_voter(self.controller_quorum_voters)
 
     @property
+    def advertised_host(self) -> str:
+        return self.advertised_listener[0] if self.advertised_listener else self.host
+
+    @property
+    def advertised_port(self) -> int:
+        return self.advertised_listener[1] if self.advertised_listener else self.port
+
+    @property
     def advertised_address(self) -> str:
-        return f"{self.host}:{self.port}"
+        return f"{self.advertised_host}:{self.advertised_port}"
 
     @classmethod
     def from_properties(cls, broker_id: int, host: str, port: int, data_dir: str, props: Mapping[str, str]) -> BrokerConfig:
@@ -188,6 +251,8 @@ class BrokerConfig:
             log_retention_check_interval_ms=_int(props, "log.retention.check.interval.ms", 300_000, 1),
             producer_id_block_size=_int(props, "producer.id.block.size", 1000, 1),
             controller_quorum_voters=props.get("controller.quorum.voters", "").strip(),
+            advertised_listener=parse_advertised_listener(props.get("advertised.listeners", "")),
+            inter_broker_address_overrides=parse_address_overrides(props.get("inter.broker.address.overrides", "")),
             controller_request_timeout_ms=_int(props, "controller.quorum.request.timeout.ms", 2000, 1),
             broker_heartbeat_interval_ms=_int(props, "broker.heartbeat.interval.ms", 2000, 1),
             broker_session_timeout_ms=_int(props, "broker.session.timeout.ms", 9000, 1),

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cluster.protocol.client import ProtocolClientError, WireClient
+from cluster.proxy_routing import ProxyRouting
 from cluster.protocol.versions import ApiKey
 
 FIRST_HOST_OCTET = 10
@@ -153,6 +154,7 @@ class LocalCluster:
         die_with_parent: bool = True,
         seed: int | None = None,
         ready_probe: Callable[[str, int], None] = probe,
+        proxies: ProxyRouting | None = None,
     ) -> None:
         if brokers < 1:
             raise ValueError(f"a cluster needs at least one broker, got {brokers}")
@@ -180,6 +182,8 @@ class LocalCluster:
         self.controller = BrokerProcess(CONTROLLER_NODE_ID, CONTROLLER_HOST, port, os.path.join(self.base_dir, "controller"),
                                         os.path.join(self.base_dir, "controller.log"))
         self._paused: set[int] = set()
+        # Every link through a proxy of its own (cluster.proxy_routing); None: direct links.
+        self.proxies = proxies
 
     def _node(self, node_id: int) -> BrokerProcess:
         if node_id == CONTROLLER_NODE_ID:
@@ -196,7 +200,12 @@ class LocalCluster:
 
     def __enter__(self) -> LocalCluster:
         try:
+            if self.proxies is not None:
+                self.proxies.start()
             self.start(CONTROLLER_NODE_ID)
+            if self.proxies is not None:
+                self.proxies.plan({b.broker_id: b.host for b in self.brokers},
+                                  (CONTROLLER_NODE_ID, self.controller.host, self.controller.port))
             # Brokers register with the controller and catch up before they write their ready
             # files, so they can start side by side.
             with ThreadPoolExecutor(max_workers=len(self.brokers)) as pool:
@@ -212,6 +221,8 @@ class LocalCluster:
 
     @property
     def bootstrap_servers(self) -> str:
+        if self.proxies is not None and self.proxies.links:
+            return ",".join(self.proxies.client_address(b.broker_id) for b in self.brokers)
         return ",".join(b.address for b in self.brokers)
 
     # ---- one broker ------------------------------------------------------------------
@@ -228,7 +239,8 @@ class LocalCluster:
         ]
         if self._seed is not None:
             argv += ["--seed", str(self._seed + broker_id)]
-        for key, value in sorted({**self.config, "controller.quorum.voters": self.controller_voters}.items()):
+        routed = self.proxies.broker_properties(broker_id) if self.proxies is not None else {}
+        for key, value in sorted({**self.config, "controller.quorum.voters": self.controller_voters, **routed}.items()):
             argv += ["--config", f"{key}={value}"]
         return self._wrap_argv(broker_id, argv) if self._wrap_argv else argv
 
@@ -278,9 +290,20 @@ class LocalCluster:
     def _wait_ready(self, broker: BrokerProcess, ready_probe: Callable[[str, int], None], signal_file: str) -> None:
         deadline = time.monotonic() + self._startup_timeout_s
         last_error = f"no {os.path.basename(signal_file)} file yet"
+        # Proxies towards a broker point at it as soon as it listens (its port may be new).
+        route = self.proxies is not None and broker.broker_id != CONTROLLER_NODE_ID
         while time.monotonic() < deadline:
             if broker.popen is not None and broker.popen.poll() is not None:
                 raise BrokerStartError(f"{_describe(broker)} exited with status {broker.popen.returncode}:\n{_log_tail(broker.log_path)}")
+            if route and os.path.exists(broker.listening_file):
+                try:
+                    with open(broker.listening_file) as f:
+                        listening_port = int(json.load(f)["port"])
+                except (OSError, ValueError, KeyError):
+                    pass  # written by os.replace, so only a vanished file: look again
+                else:
+                    self.proxies.set_node_address(broker.broker_id, broker.host, listening_port)  # type: ignore[union-attr]
+                    route = False
             if os.path.exists(signal_file):
                 with open(signal_file) as f:
                     broker.port = int(json.load(f)["port"])
@@ -374,8 +397,12 @@ class LocalCluster:
             finally:
                 stop(CONTROLLER_NODE_ID)
         finally:
-            if self._own_base_dir:
-                shutil.rmtree(self.base_dir, ignore_errors=True)
+            try:
+                if self.proxies is not None:
+                    self.proxies.close()
+            finally:
+                if self._own_base_dir:
+                    shutil.rmtree(self.base_dir, ignore_errors=True)
 
     def detach(self) -> None:
         """Forget the processes without stopping them (the CLI's detached start)."""

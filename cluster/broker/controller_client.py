@@ -134,7 +134,8 @@ class ControllerClient:
         listener = _req(ApiKey.BROKER_REGISTRATION, REGISTRATION_VERSION, "Listener")
         body = build(request_class(ApiKey.BROKER_REGISTRATION, REGISTRATION_VERSION), broker_id=self.config.broker_id,
                      cluster_id=self.config.cluster_id, incarnation_id=self.incarnation_id,
-                     listeners=(listener(name="PLAINTEXT", host=self.config.host, port=self.config.port, security_protocol=0),),
+                     listeners=(listener(name="PLAINTEXT", host=self.config.advertised_host, port=self.config.advertised_port,
+                                         security_protocol=0),),
                      features=(), rack=None, is_migrating_zk_broker=False, log_dirs=())
 
         def done(result: OutboundResult) -> None:

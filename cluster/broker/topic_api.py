@@ -95,7 +95,7 @@ def handle_metadata(broker: Broker, request: Request, reply: Reply) -> None:
     if broker.controller_client.registered and all(node != broker.config.broker_id for node, _, _ in listed):
         # Once registered, list ourselves even before the controller unfences us: the client
         # reached us and may bootstrap from our answer.
-        listed.append((broker.config.broker_id, broker.config.host, broker.config.port))
+        listed.append((broker.config.broker_id, broker.config.advertised_host, broker.config.advertised_port))
     broker_entries = [build(broker_cls, node_id=node, host=host, port=port, rack=None) for node, host, port in sorted(listed)]
     response = build(
         cls,

@@ -104,7 +104,7 @@ async def serve(config: BrokerConfig, seed: int, ready_file: str | None, listeni
     if config.controller_endpoint() is None:
         controller, controller_server, controller_endpoint = await _combined_controller(config, loop, seed)
     disk = OsDisk(lose_unflushed_on_crash=config.log_crash_lose_unflushed)
-    outbound = AsyncioOutbound(loop, config.host, f"broker-{config.broker_id}")
+    outbound = AsyncioOutbound(loop, config.host, f"broker-{config.broker_id}", config.inter_broker_address_overrides)
     broker = Broker(config, disk, SystemClock(), AsyncioScheduler(loop), random.Random(seed), outbound, controller_endpoint)
     broker.start()
     await server.start_serving()

@@ -15,7 +15,7 @@ import itertools
 import logging
 import struct
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -152,14 +152,26 @@ class AsyncioOutbound:
     """The runtime's `Outbound`: real TCP connections from `local_host` (the node's own
     address; None lets the kernel choose)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, local_host: str | None, client_id: str) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, local_host: str | None, client_id: str,
+                 address_overrides: Mapping[int, tuple[str, int]] | None = None) -> None:
         self._loop = loop
         self._local_host = local_host
         self._client_id = client_id
+        # inter.broker.address.overrides: node id -> the address dialled instead of the one
+        # the destination registered (a proxy of this source's own, see cluster.proxy_routing).
+        self._address_overrides = dict(address_overrides or {})
         self._peers: dict[tuple[str, int, str], _Peer] = {}
+
+    def _routed(self, destination: Endpoint) -> Endpoint:
+        override = self._address_overrides.get(destination.node_id)
+        if override is None:
+            return destination
+        return Endpoint(destination.node_id, override[0], override[1], destination.channel)
 
     def send(self, destination: Endpoint, api_key: int, api_version: int, body: Any,
              on_done: Callable[[OutboundResult], None], timeout_ms: int) -> None:
+        if self._address_overrides:
+            destination = self._routed(destination)
         key = (destination.host, destination.port, destination.channel)
         peer = self._peers.get(key)
         if peer is None or peer.endpoint.node_id != destination.node_id:
@@ -169,6 +181,8 @@ class AsyncioOutbound:
         peer.send(api_key, api_version, body, on_done, timeout_ms)
 
     def close(self, destination: Endpoint) -> None:
+        if self._address_overrides:
+            destination = self._routed(destination)
         peer = self._peers.pop((destination.host, destination.port, destination.channel), None)
         if peer is not None:
             peer.fail(f"connection to {destination} closed by this node")

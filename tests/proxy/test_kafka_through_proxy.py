@@ -1,10 +1,10 @@
 """confluent-kafka through the proxy to a real one-broker bundled cluster.
 
 A Kafka client only bootstraps through the address it is given: the metadata it gets back
-names the broker's advertised address (its own, 127.0.0.10:port, today), and every later
-request goes there directly. So until the brokers can advertise a proxy's address (the next
-step of issue #17), the proxy sees the bootstrap connection only; the second test pins that
-down, so the change that routes the cluster through proxies has to update it.
+names the broker's advertised address, and every later request goes there. A broker that
+advertises its own address (the default) is reached directly after the bootstrap; one whose
+`advertised.listeners` names the proxy is reached through it only, so a toxic on the proxy
+hits every request (the cluster-wide form, a proxy per link, is tests/proxy/test_cluster_routing.py).
 """
 
 from __future__ import annotations
@@ -90,3 +90,29 @@ def test_after_bootstrap_clients_talk_to_the_advertised_broker(proxy_server, kaf
         producer.produce("bypass", b"%d" % value)
     assert producer.flush(CLIENT_TIMEOUT_S) == 0
     assert read_all(kafka.bootstrap_servers, "bypass", 11) == list(range(-1, 10))
+
+
+def test_a_broker_advertising_the_proxy_is_reached_only_through_it(proxy_server, tmp_path):
+    # The proxy exists before the broker (which advertises it); its upstream is set once the
+    # broker listens, as cluster.proxy_routing does.
+    listen = create_proxy(proxy_server, "kafka", "127.0.0.10:0")
+    config = {**BROKER_CONFIG, "advertised.listeners": f"PLAINTEXT://{listen}"}
+    with LocalCluster(brokers=1, base_dir=tmp_path / "cluster", config=config, seed=17) as kafka:
+        assert call(proxy_server, "POST", "/proxies/kafka", {"upstream": kafka.bootstrap_servers}).status == 200
+        admin = AdminClient({"bootstrap.servers": listen})
+        admin.create_topics([NewTopic("through", 1, 1)])["through"].result(CLIENT_TIMEOUT_S)
+        metadata = admin.list_topics(timeout=CLIENT_TIMEOUT_S)
+        assert {f"{b.host}:{b.port}" for b in metadata.brokers.values()} == {listen}
+
+        producer = Producer({"bootstrap.servers": listen, "acks": "all", "message.timeout.ms": 60_000})
+        producer.produce("through", b"-1")
+        assert producer.flush(CLIENT_TIMEOUT_S) == 0
+        # Black-hole the proxy both ways: nothing is delivered while it holds, everything after.
+        add_toxic(proxy_server, "kafka", "timeout", stream="upstream", timeout=0)
+        add_toxic(proxy_server, "kafka", "timeout", stream="downstream", timeout=0)
+        for value in range(10):
+            producer.produce("through", b"%d" % value)
+        assert producer.flush(3.0) > 0, "the producer delivered past a black-holed proxy: it bypasses it"
+        assert call(proxy_server, "POST", "/reset").status == 204
+        assert producer.flush(CLIENT_TIMEOUT_S) == 0
+        assert read_all(listen, "through", 11) == list(range(-1, 10))

@@ -180,13 +180,14 @@ def print_verdict(result, out) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
+    from checkers.spark import SparkMasterConflict
     from harness.junit import now_utc
 
     started_at = now_utc()
     try:
         conf = parse_spark_conf(args.spark_conf)
         code = analyze(args.run_dir, spark_master=args.spark_master, spark_conf=conf)
-    except (AnalyzeError, HistoryFormatError) as exc:
+    except (AnalyzeError, HistoryFormatError, SparkMasterConflict) as exc:
         print(f"logquake analyze: {exc}", file=sys.stderr)
         return EXIT_BAD_ARGUMENTS
     _write_report(Path(args.run_dir))

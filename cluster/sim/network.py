@@ -67,8 +67,8 @@ from cluster.protocol.codec import (Request, RequestError, UnsupportedVersionErr
                                     peek_header, unsupported_api_versions_response)
 from cluster.protocol.versions import ApiKey
 from cluster.runtime.virtual_time import VirtualScheduler, VirtualTimer
-from cluster.sim.link_fault import (NO_FAULT, TCP_RETRIES2, TCP_RTO_MIN_MS, TCP_SYN_RETRIES, TCP_SYN_RTO_MS, LinkFault, LinkFaultError,
-                                    retransmission_delay_ms)
+from cluster.sim.link_fault import (NO_FAULT, TCP_RETRIES2, TCP_RTO_MAX_MS, TCP_RTO_MIN_MS, TCP_SYN_RETRIES, TCP_SYN_RTO_MS, LinkFault,
+                                    LinkFaultError)
 
 log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
@@ -123,6 +123,30 @@ class LinkFaultStats:
     stalled: int = 0        # segments lost for good (their connection stalls)
     rst_lost: int = 0       # refusals (RST) lost
     duplicated: int = 0     # request copies served
+    duplicated_apis: dict[int, int] = field(default_factory=dict)  # copies served, by API key
+
+
+@dataclass(slots=True)
+class _ChannelOrder:
+    """A connection direction's reassembly: messages are numbered as sent and handed over
+    in that order."""
+
+    next_sent: int = 0
+    next_delivered: int = 0
+    arrived: dict[int, Callable[[], None]] = field(default_factory=dict)  # waiting for an earlier one
+
+
+@dataclass(slots=True)
+class _Message:
+    from_host: str
+    to_host: str
+    action: Callable[[], None]
+    channel: object
+    sequence: int  # on its channel; -1 without one
+    segment: str   # "data", "syn" or "rst"
+    delay_ms: float
+    copy: Callable[[], None] | None  # delivers the duplicate, when the link duplicates it
+    losses: int = 0
 
 
 class StreamConnection:
@@ -167,7 +191,7 @@ class VirtualNetwork:
         self._held: dict[str, list[Callable[[], None]]] = {}
         self._generations = itertools.count(1)
         self._streams = itertools.count(1)
-        self._last_arrival_ns: dict[object, int] = {}
+        self._orders: dict[object, _ChannelOrder] = {}  # by connection direction
         self._correlations = itertools.count(1)
         self.messages_delivered = 0
         self.messages_dropped = 0
@@ -176,7 +200,6 @@ class VirtualNetwork:
         self._link_faults: dict[tuple[str, str, str], LinkFault] = {}
         self._node_faults: dict[tuple[str, str], LinkFault] = {}
         self._effective_faults: dict[tuple[str, str], LinkFault | None] = {}
-        self._stalled: set[object] = set()  # connection directions behind a segment lost for good
         self._copies = itertools.count(1)
         self.fault_stats = LinkFaultStats()
 
@@ -318,69 +341,92 @@ class VirtualNetwork:
     def _deliver(self, from_host: str, to_host: str, action: Callable[[], None], channel: object = None, *,
                  segment: str = "data", copy: Callable[[], None] | None = None) -> None:
         """Run `action` at `to_host` after a latency; messages on one `channel` (a connection
-        direction) arrive in the order sent, as on a TCP stream. `segment` says how TCP
-        treats a loss of it: "data" and "syn" are retransmitted, "rst" is not. `copy`, for
-        requests, delivers the copy when the link duplicates it."""
-        if self.is_blocked(from_host, to_host) or channel in self._stalled:
+        direction) are handed over in the order sent, as TCP reassembles a stream (one that
+        arrives early waits for those before it). `segment` says how TCP treats a loss:
+        "data" and "syn" are retransmitted, "rst" is not. `copy`, for requests, is how a
+        copy is delivered when the link duplicates the request."""
+        if self.is_blocked(from_host, to_host):
             self.messages_dropped += 1
             return
-
-        def arrive(action: Callable[[], None] = action) -> None:
-            # A partition that began while the message was in flight drops it too.
-            if self.is_blocked(from_host, to_host):
-                self.messages_dropped += 1
-                return
-            self.messages_delivered += 1
-            if not self.hold_if_paused(to_host, action):
-                action()
-
-        now_ns = self.scheduler.clock.monotonic_ns()
+        sequence = -1
+        if channel is not None:
+            order = self._orders.get(channel)
+            if order is None:
+                order = self._orders[channel] = _ChannelOrder()
+            sequence = order.next_sent
+            order.next_sent += 1
         delay_ms = self._latency_ms()
         fault = self._fault_on(from_host, to_host)
-        duplicate = False
         if fault is not None:
-            extra_ms = self._faulted_delay_ms(fault, segment)
-            if extra_ms is None:
-                # Lost for good: nothing after it on the connection arrives either.
-                if channel is not None:
-                    self._stalled.add(channel)
-                return
-            delay_ms += extra_ms
-            duplicate = copy is not None and fault.duplicate > 0 and self._rng.random() < fault.duplicate
-        arrival_ns = now_ns + int(delay_ms * 1_000_000)
-        if channel is not None:
-            arrival_ns = max(arrival_ns, self._last_arrival_ns.get(channel, 0))
-            self._last_arrival_ns[channel] = arrival_ns
-        # At the exact ns: a delay in float ms may round 1 ns short and put a message ahead of
-        # the one before it on its connection.
-        self.scheduler.call_at_ns(arrival_ns, arrive)
-        if duplicate and copy is not None:
-            # Within one minimum latency of the original: the sender cannot have seen its answer.
-            self.scheduler.call_at_ns(arrival_ns + int(self._min_latency_ms * self._rng.random() * 1_000_000), lambda: arrive(copy))
+            delay_ms += self._path_delay_ms(fault)
+            if not (copy is not None and fault.duplicate > 0 and self._rng.random() < fault.duplicate):
+                copy = None
+        else:
+            copy = None
+        self._transmit(_Message(from_host, to_host, action, channel, sequence, segment, delay_ms, copy))
 
-    def _faulted_delay_ms(self, fault: LinkFault, segment: str) -> float | None:
-        """The extra delay `fault` gives one message, or None if it is never delivered. The
-        draws are made in a fixed order, and only for the fields that are set."""
-        extra_ms = 0.0
+    def _path_delay_ms(self, fault: LinkFault) -> float:
+        """The extra one-way delay `fault` gives a message: none if it is reordered (it skips
+        the queue), else the delay and a draw of the jitter."""
         if fault.reorder > 0 and self._rng.random() < fault.reorder:
             self.fault_stats.reordered += 1
-        elif fault.delay_ms or fault.jitter_ms:
-            extra_ms = fault.delay_ms + (fault.jitter_ms * self._rng.random() if fault.jitter_ms else 0.0)
+            return 0.0
+        if fault.delay_ms or fault.jitter_ms:
             self.fault_stats.delayed += 1
-        if fault.loss > 0:
-            retries = TCP_SYN_RETRIES if segment == "syn" else TCP_RETRIES2
-            losses = 0
-            while losses <= retries and self._rng.random() < fault.loss:
-                losses += 1
-            if losses and segment == "rst":
-                self.fault_stats.rst_lost += 1
-                return None
-            if losses > retries:
+            return fault.delay_ms + (fault.jitter_ms * self._rng.random() if fault.jitter_ms else 0.0)
+        return 0.0
+
+    def _transmit(self, message: _Message) -> None:
+        """One transmission of `message`. The loss is drawn from the link's fault at the time
+        of each transmission, so a segment lost in a burst of loss gets through with the first
+        retransmission after it (as TCP's would)."""
+        if message.channel is not None and message.channel not in self._orders:
+            return  # its connection is gone: nothing waits for it
+        fault = self._fault_on(message.from_host, message.to_host)
+        if fault is not None and fault.loss > 0 and self._rng.random() < fault.loss:
+            if message.segment == "rst":
+                self.fault_stats.rst_lost += 1  # a RST is not resent: the peer's timeout decides
+                return
+            syn = message.segment == "syn"
+            if message.losses >= (TCP_SYN_RETRIES if syn else TCP_RETRIES2):
+                # The kernel gives up; its connection is stalled for good (its hole is
+                # never filled), and the sender's own request timeout has long acted.
                 self.fault_stats.stalled += 1
-                return None
-            self.fault_stats.retransmitted += losses
-            extra_ms += retransmission_delay_ms(losses, TCP_SYN_RTO_MS if segment == "syn" else TCP_RTO_MIN_MS)
-        return extra_ms
+                return
+            rto_ms = min((TCP_SYN_RTO_MS if syn else TCP_RTO_MIN_MS) * 2 ** message.losses, TCP_RTO_MAX_MS)
+            message.losses += 1
+            self.fault_stats.retransmitted += 1
+            self.scheduler.call_later(rto_ms, lambda: self._transmit(message))
+            return
+        arrival_ns = self.scheduler.clock.monotonic_ns() + int(message.delay_ms * 1_000_000)
+        self.scheduler.call_at_ns(arrival_ns, lambda: self._arrive_in_order(message))
+        if message.copy is not None:
+            # The copy rides a connection of its own, so it waits for nothing; it arrives
+            # within one minimum latency of the original: its sender cannot have acted on
+            # the original's answer yet.
+            copy = message.copy
+            self.scheduler.call_at_ns(arrival_ns + int(self._min_latency_ms * self._rng.random() * 1_000_000),
+                                      lambda: self._land(message.from_host, message.to_host, copy))
+
+    def _arrive_in_order(self, message: _Message) -> None:
+        order = self._orders.get(message.channel) if message.channel is not None else None
+        if order is None:  # no stream order to keep (or its connection is gone)
+            self._land(message.from_host, message.to_host, message.action)
+            return
+        order.arrived[message.sequence] = message.action
+        while order.next_delivered in order.arrived:
+            action = order.arrived.pop(order.next_delivered)
+            order.next_delivered += 1
+            self._land(message.from_host, message.to_host, action)
+
+    def _land(self, from_host: str, to_host: str, action: Callable[[], None]) -> None:
+        # A partition that began while the message was in flight drops it too.
+        if self.is_blocked(from_host, to_host):
+            self.messages_dropped += 1
+            return
+        self.messages_delivered += 1
+        if not self.hold_if_paused(to_host, action):
+            action()
 
     def send(self, source_host: str, destination: Endpoint, api_key: int, api_version: int, body: Any,
              on_done: Callable[[OutboundResult], None], timeout_ms: int) -> None:
@@ -490,6 +536,8 @@ class VirtualNetwork:
                     connection.alive = False  # acks=0 senders never retry: no copy to serve
                     return
                 self.fault_stats.duplicated += 1
+                apis = self.fault_stats.duplicated_apis
+                apis[request.api_key] = apis.get(request.api_key, 0) + 1
             connection.server_busy = True
             answered = False
             generation = connection.generation
@@ -560,8 +608,7 @@ class VirtualNetwork:
             return
         connection.alive = False
         for direction in ("request", "response"):
-            self._last_arrival_ns.pop((connection.generation, direction), None)
-            self._stalled.discard((connection.generation, direction))
+            self._orders.pop((connection.generation, direction), None)
         key = (connection.source_host, connection.destination.host, connection.destination.port, connection.destination.channel)
         if self._connections.get(key) is connection:
             del self._connections[key]

@@ -155,11 +155,40 @@ def test_total_loss_stalls_the_connection_until_the_timeout_and_a_new_one_recove
     assert first.result is None
     scheduler.advance(2)
     assert first.result is not None and "timed out" in (first.result.error or "")
-    assert node.arrivals == [] and network.fault_stats.stalled == 1
+    assert node.arrivals == [] and network.fault_stats.retransmitted == 4  # lost at 0, 200, 600, 1,400 ms
+    scheduler.advance(10_000)
+    assert network.fault_stats.retransmitted == 4  # the connection is gone: no more tries
     network.clear_link_faults()
     second = send(network, scheduler)
     scheduler.advance(100)
     assert second.result is not None and second.result.ok
+
+
+def test_a_segment_lost_in_a_burst_arrives_with_the_first_retransmission_after_it() -> None:
+    scheduler, network, node = setup()
+    network.set_link_fault(CLIENT, SERVER.host, LinkFault(loss=1.0))
+    sent = send(network, scheduler)
+    scheduler.advance(1_000)  # lost at 0, 200, 600 ms; the next try is at 1,400 ms
+    network.clear_link_faults()
+    scheduler.advance(399)
+    assert node.arrivals == []
+    scheduler.advance(10)
+    assert len(node.arrivals) == 1 and 1_400 <= sent.round_trip_ms <= 1_402
+
+
+def test_tcp_gives_up_after_15_retransmissions_and_the_connection_stays_stalled() -> None:
+    scheduler, network, node = setup()
+    network.set_link_fault(CLIENT, SERVER.host, LinkFault(loss=1.0))
+    first = send(network, scheduler, timeout_ms=3_600_000)
+    second = send(network, scheduler, timeout_ms=3_600_000)
+    backoff_ms = retransmission_delay_ms(15, 200)
+    assert backoff_ms == 200 * (2 ** 10 - 1) + 5 * 120_000  # doubling, capped at TCP_RTO_MAX
+    scheduler.advance(backoff_ms + 1)
+    stats = network.fault_stats
+    assert stats.stalled == 2 and stats.retransmitted == 30
+    network.clear_link_faults()
+    scheduler.advance(60_000)
+    assert node.arrivals == [] and first.result is None and second.result is None  # nothing more is sent
 
 
 def test_loss_on_the_answers_delays_them_too() -> None:

@@ -30,10 +30,12 @@ breaks. So each fault is applied as a real network under TCP would make it visib
 - loss: a lost transmission is retransmitted by TCP after the RTO (200 ms, doubling with
   each further loss of the same segment; a SYN starts at 1 s), and everything sent after it
   on the connection waits behind it (head-of-line blocking). Nothing disappears from a live
-  connection. A segment lost more than `tcp_retries2` (15) times in a row is never
-  delivered and its connection stalls: Linux would give up only after 15+ minutes, far
-  beyond any Kafka request timeout, so the sender's own timeout breaks the connection first,
-  as it would on a real host. A lost RST (a refused connection's answer) is not resent.
+  connection. Each try draws its loss from the link's setting at that moment, so a segment
+  lost during a burst of loss gets through with the first retransmission after the burst.
+  After `tcp_retries2` (15) retransmissions (a SYN: `tcp_syn_retries`, 6) the kernel gives
+  up and the connection stays stalled: that takes Linux 13+ minutes, far beyond any Kafka
+  request timeout, so the sender's own timeout has broken the connection first, as it would
+  on a real host. A lost RST (a refused connection's answer) is not resent.
 - duplicate: TCP discards a duplicated segment by its sequence number, so a network
   duplicate never reaches the application on the same connection. What a server does see
   twice is a request sent again on a fresh connection (a sender's retry whose first copy got
@@ -48,8 +50,10 @@ breaks. So each fault is applied as a real network under TCP would make it visib
   (netem's reorder), so it overtakes messages sent earlier on the link's other connections;
   on its own connection it still waits for those before it.
 
-A setting applies to messages sent after it is made; messages already in flight keep the
-fate they were given.
+Delay, jitter, reorder and duplication are drawn when a message is sent: a setting applies
+to messages sent after it is made, those in flight keep theirs. Loss is drawn at each try.
+With no setting on a link nothing extra is drawn, so runs without link faults keep the
+schedule they had before link faults existed.
 """
 
 from __future__ import annotations

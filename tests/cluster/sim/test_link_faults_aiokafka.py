@@ -108,8 +108,8 @@ def run(seed: int, kind: str) -> Outcome:
     return Outcome(acked, logs, sim.network.fault_stats, burst[0] if burst else None, "\n".join(lines) + "\n")
 
 
-def assert_every_ack_kept_once(outcome: Outcome) -> None:
-    values = [f"v{i:05d}".encode() for i in range(RECORDS)]
+def assert_every_ack_kept_once(outcome: Outcome, records: int = RECORDS) -> None:
+    values = [f"v{i:05d}".encode() for i in range(records)]
     assert sorted(v for _, _, v in outcome.acked) == values, "every send was acknowledged"
     at = {(p, o): v for p, log in outcome.logs.items() for o, v in log}
     lost = [(p, o, v) for p, o, v in outcome.acked if at.get((p, o)) != v]

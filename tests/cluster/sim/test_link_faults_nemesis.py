@@ -1,0 +1,149 @@
+"""The link-fault nemesis packages: a seeded schedule of targets and settings, invoked on a
+SimCluster (each package clears only what it set), refused for a real cluster naming --sim,
+and all four on one combined schedule while an aiokafka producer writes: every
+acknowledged record kept, once."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import random
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from cluster.control import ClusterControl
+from cluster.sim.aio_runtime import SimAsyncio
+from cluster.sim.cluster import BROKER_PORT, CLIENT_HOST, CONTROLLER_HOST, SimCluster, broker_host
+from cluster.sim.link_fault import LinkFault
+from nemeses.base import NemesisError
+from nemeses.combined import Combined
+from nemeses.link_faults import (LINK_FAULT_NAMES, LinkFaultControl, LinkFaultOptions, LinkFaultPackage, build_link_fault_packages,
+                                 fault_links, link_fault_schedule)
+from tests.cluster.sim.aiokafka_scenario import TOPIC, _started
+from tests.cluster.sim.test_link_faults_aiokafka import Outcome, _read_back, assert_every_ack_kept_once
+
+
+def first_ops(name: str, seed: int, n: int = 40, options: LinkFaultOptions | None = None) -> list[dict]:
+    return list(itertools.islice(link_fault_schedule(name, [0, 1, 2], options or LinkFaultOptions(), random.Random(seed)), n))
+
+
+@pytest.mark.parametrize("name", LINK_FAULT_NAMES)
+def test_the_schedule_is_seeded_alternates_and_draws_valid_settings(name: str) -> None:
+    ops = first_ops(name, 7)
+    assert ops == first_ops(name, 7) and ops != first_ops(name, 8)
+    assert [op["f"] for op in ops] == [f"start-{name}", f"stop-{name}"] * 20
+    starts = [op["value"] for op in ops[::2]]
+    assert json.loads(json.dumps(starts)) == starts  # history-ready
+    assert {v["target"] for v in starts} == {"node", "link", "subset"}
+    for value in starts:
+        fault = LinkFault.from_value(value["fault"])  # valid (the constructor checks)
+        field = {"link-delay": fault.delay_ms, "link-loss": fault.loss, "link-duplicate": fault.duplicate, "link-reorder": fault.reorder}[name]
+        assert field > 0
+        for source, destination in value.get("links", []):
+            assert source != destination and {source, destination} != {"client", "controller"}
+    nodes = {v["node"] for v in starts if v["target"] == "node"} | {n for v in starts for link in v.get("links", []) for n in link}
+    assert nodes == {0, 1, 2, "controller", "client"}
+
+
+def test_options_restrict_targets_and_nodes() -> None:
+    ops = first_ops("link-delay", 3, options=LinkFaultOptions(targets=("link",), with_controller=False, with_client=False))
+    assert {op["value"]["target"] for op in ops[::2]} == {"link"}
+    assert {n for op in ops[::2] for link in op["value"]["links"] for n in link} == {0, 1, 2}
+    with pytest.raises(NemesisError, match="unknown link fault target 'ring'; known: node, link, subset"):
+        LinkFaultOptions(targets=("ring",))
+    assert len(fault_links([0, 1, "controller", "client"])) == 12 - 2
+
+
+def test_invoke_sets_and_clears_only_its_own_settings() -> None:
+    sim = SimCluster(3, seed=1)
+    assert isinstance(sim, LinkFaultControl)
+    delay, loss = build_link_fault_packages(["link-delay", "link-loss"], sim)
+    delay.invoke("start-link-delay", {"target": "node", "node": 1, "fault": {"delay_ms": 30.0}})
+    loss.invoke("start-link-loss", {"target": "link", "links": [[1, "controller"]], "fault": {"loss": 0.5}})
+    network = sim.network
+    assert network.link_fault(broker_host(1), CONTROLLER_HOST) == LinkFault(delay_ms=30, loss=0.5)
+    assert network.link_fault(CLIENT_HOST, broker_host(1)) == LinkFault(delay_ms=30)
+    assert network.link_fault(broker_host(0), broker_host(2)) == LinkFault()
+    # A new start replaces the package's previous setting.
+    delay.invoke("start-link-delay", {"target": "subset", "links": [[0, 2], ["client", 0]], "fault": {"delay_ms": 5.0, "jitter_ms": 1.0}})
+    assert network.link_fault(CLIENT_HOST, broker_host(1)) == LinkFault()
+    assert network.link_fault(broker_host(0), broker_host(2)) == LinkFault(delay_ms=5, jitter_ms=1)
+    assert delay.invoke("stop-link-delay", None) == {"cleared": True}
+    assert network.link_fault(broker_host(0), broker_host(2)) == LinkFault()
+    assert network.link_fault(broker_host(1), CONTROLLER_HOST) == LinkFault(loss=0.5)  # link-loss's stays
+    loss.heal()
+    assert network.link_fault(broker_host(1), CONTROLLER_HOST) == LinkFault()
+
+
+def test_bad_ops_are_refused_naming_the_problem() -> None:
+    package = LinkFaultPackage("link-loss", SimCluster(1, seed=1))
+    with pytest.raises(ValueError, match="needs a value with a target"):
+        package.invoke("start-link-loss", {"node": 0})
+    with pytest.raises(ValueError, match=r"start-link-loss: loss 2 must be a probability in \[0, 1\]"):
+        package.invoke("start-link-loss", {"target": "node", "node": 0, "fault": {"loss": 2}})
+    with pytest.raises(ValueError, match="no broker 5"):
+        package.invoke("start-link-loss", {"target": "link", "links": [[5, 0]], "fault": {"loss": 0.1}})
+    with pytest.raises(ValueError, match="has no op 'start-kill'"):
+        package.invoke("start-kill", None)
+    with pytest.raises(NemesisError, match="unknown link fault 'link-flood'"):
+        LinkFaultPackage("link-flood", SimCluster(1, seed=1))
+
+
+def test_a_real_cluster_control_is_refused_naming_sim() -> None:
+    control = ClusterControl.__new__(ClusterControl)  # the real control's interface, no cluster behind it
+    with pytest.raises(NemesisError, match=r"the link-delay nemesis runs only in the simulation \(logquake test --sim\)"):
+        build_link_fault_packages(["link-delay"], control)
+
+
+def test_all_four_on_one_combined_schedule_keep_every_acknowledged_write() -> None:
+    """A combined schedule of the four packages, an op every 150 simulated ms on average,
+    while an idempotent acks=all aiokafka producer writes; healed at the end."""
+    sim = _started(31)
+    combined = Combined(build_link_fault_packages(LINK_FAULT_NAMES, sim), quiet_probability=0.2)
+    schedule = combined.schedule(random.Random(31))
+    rng = random.Random(32)
+    invoked: list[dict[str, Any]] = []
+    records = 300
+    acked: list[tuple[int, int, bytes]] = []
+    bootstrap = ",".join(f"{broker_host(b)}:{BROKER_PORT}" for b in sim.broker_ids)
+
+    async def nemesis(done: asyncio.Event) -> None:
+        while not done.is_set():
+            await asyncio.sleep(rng.uniform(0, 0.3))
+            op = next(schedule)
+            combined.invoke(op["f"], op["value"])
+            invoked.append(op)
+        combined.heal()
+
+    async def produce(done: asyncio.Event) -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, client_id="link-nemesis",
+                                    linger_ms=5, request_timeout_ms=3_000, retry_backoff_ms=100)
+        await producer.start()
+        try:
+            pending = []
+            for i in range(records):
+                value = f"v{i:05d}".encode()
+                pending.append((value, await producer.send(TOPIC, value, timestamp_ms=runtime.wall_ms())))
+                if i % 10 == 9:
+                    await asyncio.sleep(0.1)
+            for value, future in pending:
+                metadata = await future
+                acked.append((metadata.partition, metadata.offset, value))
+        finally:
+            done.set()
+            await producer.stop()
+
+    async def main() -> None:
+        done = asyncio.Event()
+        await asyncio.gather(nemesis(done), produce(done))
+
+    with SimAsyncio(sim) as runtime:
+        runtime.run(main(), timeout_s=600)
+    assert {op["f"].split("-", 1)[1] for op in invoked if op["f"].startswith("start-")} == set(LINK_FAULT_NAMES)
+    assert all(sim.network.link_fault(a, b) == LinkFault() for a in (CLIENT_HOST, CONTROLLER_HOST) for b in map(broker_host, sim.broker_ids))
+    stats = sim.network.fault_stats
+    assert min(stats.delayed, stats.retransmitted, stats.duplicated, stats.reordered) > 0, stats
+    assert_every_ack_kept_once(Outcome(acked, _read_back(sim), stats, None, ""), records)

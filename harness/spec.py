@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
+from cluster.launcher import MAX_BROKERS
 from workloads.registry import WORKLOAD_NAMES
 
 # Fault packages the nemeses implement (nemeses/). All of them act on broker processes or
@@ -78,6 +79,10 @@ class RunSpec:
         _check(_is_int(self.concurrency) and self.concurrency >= 1, "concurrency", f"{self.concurrency!r} must be an integer ≥ 1")
         _check(_is_positive(self.rate_hz), "rate_hz", f"{self.rate_hz!r} must be a positive rate in ops/s")
         _check(_is_int(self.brokers) and 1 <= self.brokers <= 200, "brokers", f"{self.brokers!r} must be an integer in [1, 200]")
+        if self.bootstrap_servers is None:
+            # Checked here, not when the launcher refuses it after the run directory exists.
+            _check(self.brokers <= MAX_BROKERS, "brokers",
+                   f"{self.brokers} brokers: the bundled cluster runs at most {MAX_BROKERS}")
         for nemesis in self.nemeses:
             _check(nemesis in NEMESIS_NAMES, "nemeses", f"unknown nemesis {nemesis!r}; known: {', '.join(NEMESIS_NAMES)}")
         _check(len(set(self.nemeses)) == len(self.nemeses), "nemeses", f"{list(self.nemeses)} names a nemesis twice")

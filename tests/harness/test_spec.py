@@ -42,6 +42,7 @@ def test_is_immutable():
     ({"rate_hz": float("nan")}, "rate_hz:"),
     ({"time_limit_s": 0}, "time_limit_s:"),
     ({"brokers": 0}, "brokers:"),
+    ({"brokers": 9}, "brokers: 9 brokers: the bundled cluster runs at most 7"),
     ({"name": "a/b"}, "name:"),
     ({"client_config": {"acks": 1}}, "client_config:"),
     ({"bootstrap_servers": "localhost"}, "bootstrap_servers: 'localhost' is not host:port"),
@@ -55,6 +56,8 @@ def test_validation_names_the_field(changes, message):
 def test_external_cluster_without_faults_is_fine():
     s = spec(nemeses=(), bootstrap_servers="127.0.0.1:9092,127.0.0.2:9092")
     assert s.external_cluster
+    # An external cluster may have more brokers than the bundled one can run.
+    assert spec(nemeses=(), brokers=9, bootstrap_servers="127.0.0.1:9092").brokers == 9
 
 
 def test_loading_rejects_unknown_and_missing_fields(tmp_path):

@@ -57,6 +57,7 @@ bench: setup
 # Proves the Quick start: a fresh Debian 12 root file system (debootstrap) runs make setup, make demo,
 # make lint and a few test files on a clean clone of HEAD. Root only; minutes; not part of make test.
 fresh-machine:
+	@scripts/ensure-debs debootstrap:debootstrap
 	scripts/fresh-machine-check
 
 clean:

@@ -165,6 +165,8 @@ class BrokerConfig:
     replica_fetch_response_max_bytes: int = 10_485_760  # replica.fetch.response.max.bytes
     replica_fetch_backoff_ms: int = 1000  # replica.fetch.backoff.ms
     replica_socket_timeout_ms: int = 30_000  # replica.socket.timeout.ms
+    # max.incremental.fetch.session.cache.slots (KIP-227); 0: every fetch is sessionless
+    max_incremental_fetch_session_cache_slots: int = 1000
     min_insync_replicas: int = 1  # min.insync.replicas (topic configs override it)
     unclean_leader_election_enable: bool = False  # unclean.leader.election.enable (unsafe when true)
     offsets_topic_replication_factor: int = 3  # offsets.topic.replication.factor
@@ -263,6 +265,7 @@ class BrokerConfig:
             replica_fetch_response_max_bytes=_int(props, "replica.fetch.response.max.bytes", 10_485_760, 1),
             replica_fetch_backoff_ms=_int(props, "replica.fetch.backoff.ms", 1000, 0),
             replica_socket_timeout_ms=_int(props, "replica.socket.timeout.ms", 30_000, 1),
+            max_incremental_fetch_session_cache_slots=_int(props, "max.incremental.fetch.session.cache.slots", 1000, 0),
             min_insync_replicas=_int(props, "min.insync.replicas", 1, 1),
             unclean_leader_election_enable=_bool(props, "unclean.leader.election.enable", False),
             offsets_topic_replication_factor=_int(props, "offsets.topic.replication.factor", 3, 1),

@@ -22,6 +22,7 @@ from kio.schema.errors import ErrorCode
 from cluster.broker import admin_api, config_api, delete_records_api, fetch, group_api, produce, producers_api, topic_api, txn_admin_api, txn_api, txn_markers_api, txn_offset_api
 from cluster.broker.controller_client import ControllerClient
 from cluster.broker.env import ClientInfo, Clock, Endpoint, Outbound, Reply, Response, Rng, Scheduler, TimerHandle
+from cluster.broker.fetch_sessions import FetchSessionCache
 from cluster.broker.groups import Group, GroupCoordinator, OffsetToCommit
 from cluster.broker.offsets_log import GroupRecord, GroupTombstone, OffsetRecord, decode_batch, group_batch, offset_commit_batch, partition_for_group, tombstone_batch
 from cluster.broker.partition import Partition, TopicPartition
@@ -82,6 +83,7 @@ class Broker:
         self.replicas = ReplicaManager(config, disk, clock, scheduler, outbound, self.controller_client, self._log_config_for_topic)
         self.replicas.on_txn_marker = self.on_txn_marker  # markers followers replicate
         self.topics = ImageTopics(self.controller_client)
+        self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots, rng)  # KIP-227
         self.producer_ids = ProducerIdAllocator(self.controller_client)
         self.txn = TxnService(self)  # the transaction coordinator of the __transaction_state partitions it leads
         self.groups = GroupCoordinator(config, clock, scheduler, rng, self._persist_offsets, self._persist_group, self._persist_deletion)

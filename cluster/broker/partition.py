@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from cluster.broker.fetch_sessions import FetchStamp
 from cluster.broker.producer_state import ProducerStateTable
 from cluster.metadata.image import PartitionState
 from cluster.protocol.records import build_control_batch, read_control_marker
@@ -58,6 +59,18 @@ class FollowerState:
     last_fetch_ms: int = 0
     broker_epoch: int = -1
     log_start_offset: int = -1  # as its last fetch reported it (-1: unknown, holds the low watermark)
+    # The fetch session whose fetches include this partition (None: sessionless). While the
+    # partition does not change, the follower's session fetches skip it; every one of them
+    # would have found it caught up (see caught_up_ms).
+    stamp: FetchStamp | None = None
+
+    def caught_up_ms(self, leader_end: int) -> int:
+        """Kafka's lastCaughtUpTimeMs: a follower idle in a fetch session and at the leader's
+        log end was caught up at the session's last fetch."""
+        stamp = self.stamp
+        if stamp is not None and stamp.active and self.log_end_offset >= leader_end:
+            return max(self.last_caught_up_ms, stamp.last_fetch_ms)
+        return self.last_caught_up_ms
 
 
 @dataclass(slots=True)
@@ -195,6 +208,7 @@ class Partition:
         log.info("%s: leader in epoch %d (log end %d, HWM %d, ISR %s)", self.tp, self.leader_epoch, self.log_end_offset,
                  self.high_watermark, list(self.isr))
         self.maybe_advance_high_watermark()
+        self.wake_fetchers()  # fetch sessions holding this partition must look at it again
 
     def _become_follower(self, state: PartitionState) -> None:
         was_leader = self.role == LEADER
@@ -385,13 +399,19 @@ class Partition:
             return epoch, end
         return None
 
-    def on_follower_fetch(self, replica: int, fetch_offset: int, broker_epoch: int, now_ms: int, log_start_offset: int = -1) -> None:
+    def on_follower_fetch(self, replica: int, fetch_offset: int, broker_epoch: int, now_ms: int, log_start_offset: int = -1,
+                          stamp: FetchStamp | None = None) -> None:
         """A follower fetched from `fetch_offset`: that is its log end offset; its log start
-        offset is the one its request reports."""
+        offset is the one its request reports. `stamp` is its fetch session's, if any."""
         follower = self.followers.get(replica)
         if follower is None:
             return
         leader_end = self.log_end_offset
+        last_fetch_ms = follower.last_fetch_ms
+        if stamp is not None and follower.stamp is stamp and stamp.active:
+            # The session's fetches since this partition was last looked at skipped it: the
+            # one before this fetch is its last fetch (nothing changed in between).
+            last_fetch_ms = max(last_fetch_ms, stamp.previous_fetch_ms)
         # Kafka keeps the latest caught-up time it has seen (max), so after the leader's wall
         # clock steps back a follower's caught-up time stays in the "future" until the clock
         # passes it again: a follower that stops fetching then stays in the ISR that much
@@ -400,14 +420,26 @@ class Partition:
         if fetch_offset >= leader_end:
             follower.last_caught_up_ms = max(follower.last_caught_up_ms, now_ms)
         elif fetch_offset >= follower.leader_end_at_last_fetch >= 0:
-            follower.last_caught_up_ms = max(follower.last_caught_up_ms, follower.last_fetch_ms)
+            follower.last_caught_up_ms = max(follower.last_caught_up_ms, last_fetch_ms)
         follower.leader_end_at_last_fetch = leader_end
         follower.last_fetch_ms = now_ms
-        follower.log_end_offset = min(fetch_offset, leader_end)
         follower.broker_epoch = broker_epoch
+        follower.stamp = stamp
+        new_end = min(fetch_offset, leader_end)
+        if new_end == follower.log_end_offset and log_start_offset == follower.log_start_offset:
+            return  # nothing the HWM or the low watermark depends on moved
+        follower.log_end_offset = new_end
         follower.log_start_offset = log_start_offset
         self.maybe_advance_high_watermark()
         self._check_pending_deletes()
+
+    def follower_idle_until_change(self, replica: int, stamp: FetchStamp) -> None:
+        """This partition is about to change while `replica`'s fetch session skips it: every
+        session fetch so far found it as it was at its last look, so if it was caught up
+        then, it was caught up at the session's last fetch."""
+        follower = self.followers.get(replica)
+        if follower is not None and follower.stamp is stamp and stamp.active and follower.log_end_offset >= follower.leader_end_at_last_fetch >= 0:
+            follower.last_caught_up_ms = max(follower.last_caught_up_ms, stamp.last_fetch_ms)
 
     def expandable_followers(self, now_ms: int) -> list[int]:
         """Followers outside the ISR that may rejoin: log end at or past the HWM and the start
@@ -421,7 +453,7 @@ class Partition:
         for replica, follower in sorted(self.followers.items()):
             if replica in self.maximal_isr:
                 continue
-            if follower.log_end_offset < 0 or now_ms - follower.last_caught_up_ms > lag_ms:
+            if follower.log_end_offset < 0 or now_ms - follower.caught_up_ms(self.log_end_offset) > lag_ms:
                 continue
             if follower.log_end_offset >= self.high_watermark and follower.log_end_offset >= start:
                 out.append(replica)
@@ -432,7 +464,8 @@ class Partition:
         clock as Kafka's getOutOfSyncReplicas does (time.milliseconds()): a leader whose clock
         jumps forward finds its followers lagging, as a Kafka leader does."""
         lag_ms = self.settings.replica_lag_time_max_ms
-        return [r for r in self.isr if r != self.broker_id and r in self.followers and now_ms - self.followers[r].last_caught_up_ms > lag_ms]
+        end = self.log_end_offset
+        return [r for r in self.isr if r != self.broker_id and r in self.followers and now_ms - self.followers[r].caught_up_ms(end) > lag_ms]
 
     # ---- the follower ----------------------------------------------------------------
 

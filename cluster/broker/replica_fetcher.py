@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import datetime
 import logging
+from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
 from kio.index import EntityType
 from kio.schema.errors import ErrorCode
 
 from cluster.broker.env import Endpoint, OutboundResult
+from cluster.broker.fetch_sessions import FetchPlan, FetchSessionHandler, PartitionFetchState
 from cluster.broker.partition import FOLLOWER, Partition, TopicPartition
 from cluster.protocol.codec import build, payload_class, request_class
 from cluster.protocol.versions import ApiKey
@@ -24,6 +26,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 FETCH_VERSION = 15
+_SESSION_ERRORS = frozenset({ErrorCode.fetch_session_id_not_found, ErrorCode.invalid_fetch_session_epoch,
+                             ErrorCode.fetch_session_topic_id_error})
 
 
 def _req(name: str) -> type:
@@ -39,6 +43,7 @@ class ReplicaFetcher:
         self._backoff_pending = False
         self._stopped = False
         self._endpoint: Endpoint | None = None
+        self._session = FetchSessionHandler()
 
     def poke(self) -> None:
         """Fetch now if nothing is in flight (new partitions, or truncation done)."""
@@ -66,33 +71,57 @@ class ReplicaFetcher:
         if not partitions or leader is None or not manager.controller.registered:
             return
         self._endpoint = Endpoint(leader.broker_id, leader.host, leader.port)
-        by_topic: dict[Any, list[Any]] = {}
+        wanted: dict[Hashable, PartitionFetchState] = {}
         sent: dict[TopicPartition, int] = {}
         for p in partitions:
             assert p.state is not None
             last_epoch = -1 if config.replica_truncate_to_high_watermark else p.log.epochs.latest_epoch
-            by_topic.setdefault(p.state.topic_id, []).append(build(
-                _req("FetchPartition"), partition=p.tp.partition, current_leader_epoch=p.leader_epoch, fetch_offset=p.log_end_offset,
-                last_fetched_epoch=last_epoch, log_start_offset=p.log_start_offset, partition_max_bytes=config.replica_fetch_max_bytes))
+            wanted[(p.state.topic_id, p.tp.partition)] = PartitionFetchState(p.log_end_offset, p.log_start_offset, config.replica_fetch_max_bytes,
+                                                                            p.leader_epoch, last_epoch)
             sent[p.tp] = p.leader_epoch
+        # KIP-227: a full fetch opens a session; later ones name only the partitions whose
+        # fetch position changed, and the leader answers only those with news.
+        plan = self._session.build(wanted)
+        by_topic: dict[Any, list[Any]] = {}
+        for topic_id, index in plan.send:  # type: ignore[misc]
+            state = wanted[(topic_id, index)]
+            by_topic.setdefault(topic_id, []).append(build(
+                _req("FetchPartition"), partition=index, current_leader_epoch=state.current_leader_epoch, fetch_offset=state.fetch_offset,
+                last_fetched_epoch=state.last_fetched_epoch, log_start_offset=state.log_start_offset, partition_max_bytes=state.max_bytes))
+        forgotten: dict[Any, list[int]] = {}
+        for topic_id, index in plan.forget:  # type: ignore[misc]
+            forgotten.setdefault(topic_id, []).append(index)
         body = build(request_class(ApiKey.FETCH, FETCH_VERSION), cluster_id=None,
                      replica_state=_req("ReplicaState")(replica_id=config.broker_id, replica_epoch=manager.controller.broker_epoch),
                      max_wait=datetime.timedelta(milliseconds=config.replica_fetch_wait_max_ms), min_bytes=config.replica_fetch_min_bytes,
-                     max_bytes=config.replica_fetch_response_max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
+                     max_bytes=config.replica_fetch_response_max_bytes, isolation_level=0, session_id=plan.session_id,
+                     session_epoch=plan.epoch,
                      topics=tuple(_req("FetchTopic")(topic_id=topic_id, partitions=tuple(parts)) for topic_id, parts in by_topic.items()),
-                     forgotten_topics_data=(), rack_id="")
+                     forgotten_topics_data=tuple(_req("ForgottenTopic")(topic_id=topic_id, partitions=tuple(parts))
+                                                 for topic_id, parts in forgotten.items()),
+                     rack_id="")
         self._in_flight = True
-        manager.outbound.send(self._endpoint, ApiKey.FETCH, FETCH_VERSION, body, lambda result: self._on_response(result, sent),
+        manager.outbound.send(self._endpoint, ApiKey.FETCH, FETCH_VERSION, body, lambda result: self._on_response(result, sent, plan),
                               config.replica_socket_timeout_ms + config.replica_fetch_wait_max_ms)
 
-    def _on_response(self, result: OutboundResult, sent: dict[TopicPartition, int]) -> None:
+    def _on_response(self, result: OutboundResult, sent: dict[TopicPartition, int], plan: FetchPlan) -> None:
         self._in_flight = False
         if self._stopped or not self.manager.running:
             return
-        if not result.ok or result.body.error_code != ErrorCode.none:
-            reason = result.error if not result.ok else result.body.error_code.name
-            log.debug("fetch from leader %d failed: %s", self.leader_id, reason)
+        if not result.ok:
+            self._session.handle_error()
+            log.debug("fetch from leader %d failed: %s", self.leader_id, result.error)
             self._backoff()
+            return
+        error = result.body.error_code
+        if not self._session.handle_response(plan, error.value, int(result.body.session_id)):
+            if error in _SESSION_ERRORS or error == ErrorCode.none:
+                # Our session is gone or out of step: the next fetch, a full one, starts over.
+                log.debug("fetch session with leader %d reset (%s)", self.leader_id, error.name)
+                self._fetch()
+            else:
+                log.debug("fetch from leader %d failed: %s", self.leader_id, error.name)
+                self._backoff()
             return
         now_ms = self.manager.clock.wall_ms()
         for topic in result.body.responses:

@@ -13,7 +13,12 @@ injected (lost acknowledged writes, duplicated values). Then it times:
 
 and prints micro-ops/s, the Spark/DuckDB ratio, peak memory (the process tree's RSS: the
 driver, Spark's JVM and its Python workers) and the Spark jobs and stages of the warm check.
+With `--many N` it measures instead N small histories (`--many-size` micro-ops each, every
+one in a run directory of its own, as `logquake analyze DIR...` reads them) checked in one job
+(checkers.pipeline.check_many) against one by one (check_run per history) in the same warm
+session, with the same verdicts required of both.
 Usage: bench/bench_checkers.py [--sizes 1e5,1e6,1e7,1e8] [--plan fused|per-check] [--keep DIR]
+       bench/bench_checkers.py --many 100 [--many-size 2000]
 """
 
 from __future__ import annotations
@@ -40,7 +45,8 @@ from harness.history_parquet import DICTIONARY_COLUMNS, SCHEMA  # noqa: E402
 CONSUMERS = 3
 
 
-def generate(n_micro_ops: int, out_dir: Path, seed: int = 7, partitions: int = 16) -> dict[str, int]:
+def generate(n_micro_ops: int, out_dir: Path, seed: int = 7, partitions: int = 16,
+             run_id: str = "bench") -> dict[str, int]:
     rng = np.random.default_rng(seed)
     sends = max(n_micro_ops // (1 + CONSUMERS), 10)
     key = rng.integers(0, partitions, sends)
@@ -65,7 +71,7 @@ def generate(n_micro_ops: int, out_dir: Path, seed: int = 7, partitions: int = 1
     visible[lost] = False
     send_op = 2 * np.arange(sends, dtype=np.int64) + 1
     send_offset = np.where(typ == "fail", -1, offset)
-    run_dir = out_dir / "run=bench"
+    run_dir = out_dir / f"run={run_id}"
     run_dir.mkdir(parents=True)
     writer = pq.ParquetWriter(run_dir / "part-00000.parquet", SCHEMA, compression="zstd",
                               use_dictionary=DICTIONARY_COLUMNS)
@@ -217,7 +223,12 @@ def main() -> int:
                         help="fused per-key pass (default) or the tests' one-check-at-a-time DataFrame oracle")
     parser.add_argument("--no-duckdb", action="store_true", help="skip the DuckDB reference")
     parser.add_argument("--one-size", type=float, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--many", type=int, default=None, metavar="N",
+                        help="N small histories: one job against one by one")
+    parser.add_argument("--many-size", type=float, default=2000, help="micro-ops per history with --many")
     args = parser.parse_args()
+    if args.many is not None:
+        return bench_many(args.many, int(args.many_size), args)
     if args.one_size is not None:
         return bench_one(int(args.one_size), args)
     # Each size in a fresh process: the JVM's options (C1 JIT for small runs, not for big
@@ -284,6 +295,51 @@ def bench_one(size: int, args: argparse.Namespace) -> int:
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)  # 10^8 micro-ops take 0.5 GB of disk
+    return 0
+
+
+def bench_many(count: int, size: int, args: argparse.Namespace) -> int:
+    from checkers.claims import ClaimInputs
+    from checkers.pipeline import check_many, check_run
+    from checkers.spark import make_spark
+
+    root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-checkers-many-"))
+    conf = dict(item.split("=", 1) for item in args.spark_conf)
+    inputs = ClaimInputs(acks="all", min_insync_replicas=2, idempotence=True)
+    try:
+        runs = {}
+        for i in range(count):
+            run_dir = root / f"run{i:04d}"
+            generate(size, run_dir / "history.parquet", seed=i, run_id=f"run{i:04d}")
+            runs[f"run{i:04d}"] = run_dir
+        start = time.perf_counter()
+        spark = make_spark(spark_conf=conf, small=True)
+        spark.range(1).count()
+        started = time.perf_counter() - start
+        first = next(iter(runs))
+        check_run(runs[first], inputs, spark)  # warm-up: both modes below run on a warm JVM
+        with PeakMemory() as mem:
+            start = time.perf_counter()
+            together = check_many(runs, {run: inputs for run in runs}, spark)
+            together_s = time.perf_counter() - start
+            start = time.perf_counter()
+            alone = {run: check_run(path, inputs, spark) for run, path in runs.items()}
+            alone_s = time.perf_counter() - start
+        spark.stop()
+
+        def verdicts(results):
+            return {run: (r.valid, sorted((a.name, a.count) for a in r.anomalies), len(r.errors))
+                    for run, r in results.items()}
+
+        assert verdicts(together) == verdicts(alone), "one job and one by one disagree"
+        invalid = sum(1 for r in together.values() if r.valid is False)
+        print(f"cores {os.cpu_count()}, load average {os.getloadavg()[0]:.1f}; {count} histories of {size} "
+              f"micro-ops ({invalid} invalid, as generated); session start {started:.1f} s")
+        print(f"one job {together_s:.1f} s; one by one (same warm session) {alone_s:.1f} s; "
+              f"one job is {alone_s / together_s:.1f}x faster; peak {mem.peak_bytes / 2**20:.0f} MB", flush=True)
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
     return 0
 
 

@@ -166,3 +166,21 @@ def check_run(source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
         return CheckResult(valid="unknown", claims=claims_for(inputs),
                            errors=[CheckerError("pipeline", f"expected one run in {source}, found {sorted(results)}")])
     return next(iter(results.values()))
+
+
+def check_many(sources: Mapping[str, str | os.PathLike[str]], inputs: Mapping[str, ClaimInputs],
+               spark: SparkSession, *, realtime: bool = True, findings_of: FindingsOf = fused_pass.findings,
+               final_phases: Mapping[str, FinalPhase] | None = None) -> dict[str, CheckResult]:
+    """Check many runs, run id → its source (a run directory or Parquet path holding that run
+    only), in one job; every given run id gets a result, as `check_run` would give it alone.
+    A failure of the job itself makes each of them unknown with that error."""
+    try:
+        results = check_runs([sources[run] for run in sources], dict(inputs), spark, realtime=realtime,
+                             findings_of=findings_of, final_phases=dict(final_phases or {}))
+    except Exception as exc:
+        return {run: CheckResult(valid="unknown", claims=claims_for(inputs[run]),
+                                 errors=[CheckerError("pipeline", _describe(exc))]) for run in sources}
+    return {run: results[run] if run in results else
+            CheckResult(valid="unknown", claims=claims_for(inputs[run]),
+                        errors=[CheckerError("pipeline", f"expected one run in {source}, found []")])
+            for run, source in sources.items()}

@@ -1,9 +1,12 @@
-"""`logquake analyze <run-dir>`: check (or re-check) a recorded run.
+"""`logquake analyze <run-dir>...`: check (or re-check) recorded runs.
 
-Converts the run's history.jsonl to history.parquet/, derives the claims from spec.json,
-runs the checkers on Spark, writes results.json and prints the verdict. Exit codes: 0 valid,
-1 invalid, 2 unknown, 254 for a corrupt history or bad arguments (the message names the
-problem and, for a history, the line).
+Converts each run's history.jsonl to history.parquet/, derives the claims from spec.json,
+runs the checkers on Spark, writes results.json and the report and prints the verdict.
+Several run directories, a suite directory or a results directory are checked together: one
+Spark session and one job over all their histories, each run's results.json and report
+written as if it had been analysed alone. Exit codes: 0 valid, 1 invalid, 2 unknown, 254 for
+a corrupt history or bad arguments (the message names the problem and, for a history, the
+line); for many runs the worst of theirs (1, then 254, then 2).
 """
 
 from __future__ import annotations
@@ -12,12 +15,13 @@ import argparse
 import json
 import re
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness import store
 from harness.history import HistoryFormatError
-from harness.history_parquet import convert_history, remove_other_runs
+from harness.history_parquet import ConversionStats, convert_history, remove_other_runs
 
 EXIT_BAD_ARGUMENTS = 254
 HISTORY_JSONL = "history.jsonl"
@@ -25,6 +29,8 @@ HISTORY_PARQUET = "history.parquet"
 SPEC_JSON = "spec.json"
 RESULTS_JSON = "results.json"
 CLUSTER_CONFIG_JSON = "cluster-config.json"  # harness/cluster_settings.py: an external cluster's settings
+SMALL_ROWS = 2_000_000  # below this many rows in the job, checkers.spark's small-job settings
+EXIT_RANK = (1, EXIT_BAD_ARGUMENTS, 2, 0)  # many runs: a finding, then a bad input, then an unjudged run
 
 
 class AnalyzeError(ValueError):
@@ -34,7 +40,9 @@ class AnalyzeError(ValueError):
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("analyze", help="check a recorded run's history and write results.json",
                                    description=__doc__.splitlines()[0])
-    parser.add_argument("run_dir", help="run directory holding spec.json and history.jsonl")
+    parser.add_argument("run_dir", nargs="+",
+                        help="run directory holding spec.json and history.jsonl; several, a suite directory "
+                             "(results/suites/NAME/TIME) or a results directory are checked in one Spark job")
     parser.add_argument("--spark-master", default=None, help="Spark master URL (default local[*])")
     parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark setting, repeatable (e.g. spark.driver.memory=4g)")
@@ -58,14 +66,29 @@ def run_id_for(run_dir: Path) -> str:
     return name if name[0].isalnum() else f"r{name}"
 
 
-def analyze_run(run_dir: str | Path, *, spark_master: str | None = None,
-                spark_conf: dict[str, str] | None = None, notes: list[str] | None = None):
-    """Convert, check and write results.json; returns the CheckResult. Raises AnalyzeError or
-    HistoryFormatError for bad inputs; a checker that fails makes the verdict unknown."""
+@dataclass
+class PreparedRun:
+    """A run directory checked, converted to Parquet and with its claim inputs derived."""
+
+    path: Path
+    run_id: str
+    spec: Any
+    cluster_settings: dict | None
+    inputs: Any  # checkers.claims.ClaimInputs, with the faults that ran
+    conversion: ConversionStats
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def final_phase(self):
+        from checkers.progress import FinalPhase
+
+        return None if self.conversion.final_by_f is None else FinalPhase(self.conversion.final_by_f)
+
+
+def prepare_run(run_dir: str | Path, run_id: str | None = None) -> PreparedRun:
+    """Validate a run directory, convert its history to history.parquet/run=<run_id>/ and
+    derive its claim inputs. Raises AnalyzeError or HistoryFormatError for bad inputs."""
     from checkers.claims import ClaimInputError, ClaimInputs, with_faults
-    from checkers.pipeline import check_run
-    from checkers.progress import FinalPhase
-    from checkers.spark import make_spark
 
     run_path = Path(run_dir)
     if not run_path.is_dir():
@@ -85,32 +108,147 @@ def analyze_run(run_dir: str | Path, *, spark_master: str | None = None,
         inputs = ClaimInputs.from_spec_json(spec, cluster_settings)
     except ClaimInputError as exc:
         raise AnalyzeError(f"{spec_path}: {exc}") from None
-    run_id = run_id_for(run_path)
+    run_id = run_id or run_id_for(run_path)
     # history.parquet/ is derived from history.jsonl and partitioned by run id, which comes
     # from the directory's name: a copied or renamed run directory still holds the old name's
     # partition, which must go or the check sees two runs.
     remove_other_runs(run_path / HISTORY_PARQUET, run_id)
     stats = convert_history(history, run_path / HISTORY_PARQUET, run_id)
-    inputs = with_faults(inputs, stats.faults)
-    if notes is not None:
-        if stats.torn_tail:
-            notes.append(f"the last line of {history} was torn (an interrupted writer) and was skipped")
-        if stats.incomplete_ops:
-            notes.append(f"{stats.incomplete_ops} operation(s) never completed; counted as unknown (info) outcomes")
-    spark = make_spark(spark_master=spark_master, spark_conf=spark_conf, small=stats.rows < 2_000_000)
-    final_phase = None if stats.final_by_f is None else FinalPhase(stats.final_by_f)
-    result = check_run(run_path, inputs, spark, final_phase=final_phase)
+    notes = []
+    if stats.torn_tail:
+        notes.append(f"the last line of {history} was torn (an interrupted writer) and was skipped")
+    if stats.incomplete_ops:
+        notes.append(f"{stats.incomplete_ops} operation(s) never completed; counted as unknown (info) outcomes")
+    return PreparedRun(path=run_path, run_id=run_id, spec=spec, cluster_settings=cluster_settings,
+                       inputs=with_faults(inputs, stats.faults), conversion=stats, notes=notes)
+
+
+def finish_run(run: PreparedRun, result):
+    """Add the conversion's and the history's figures to the result and write results.json."""
+    stats = run.conversion
     result.stats.setdefault("history_ops", stats.ops)
     result.stats.setdefault("torn_tail", stats.torn_tail)
     result.stats.setdefault("incomplete_ops", stats.incomplete_ops)
     result.stats.setdefault("faults", sorted(stats.faults))
-    if isinstance(spec, dict) and spec.get("bootstrap_servers") is not None:
-        result.stats["cluster_settings"] = _settings_stats(cluster_settings, inputs)
-    throughput = _throughput(history, run_path / RESULTS_JSON)
+    if isinstance(run.spec, dict) and run.spec.get("bootstrap_servers") is not None:
+        result.stats["cluster_settings"] = _settings_stats(run.cluster_settings, run.inputs)
+    throughput = _throughput(run.path / HISTORY_JSONL, run.path / RESULTS_JSON)
     if throughput is not None:
         result.stats["throughput"] = throughput
-    result.save(run_path / RESULTS_JSON)
+    result.save(run.path / RESULTS_JSON)
     return result
+
+
+def analyze_run(run_dir: str | Path, *, spark_master: str | None = None,
+                spark_conf: dict[str, str] | None = None, notes: list[str] | None = None):
+    """Convert, check and write results.json; returns the CheckResult. Raises AnalyzeError or
+    HistoryFormatError for bad inputs; a checker that fails makes the verdict unknown."""
+    from checkers.pipeline import check_run
+    from checkers.spark import make_spark
+
+    run = prepare_run(run_dir)
+    if notes is not None:
+        notes.extend(run.notes)
+    spark = make_spark(spark_master=spark_master, spark_conf=spark_conf, small=run.conversion.rows < SMALL_ROWS)
+    result = check_run(run.path, run.inputs, spark, final_phase=run.final_phase)
+    return finish_run(run, result)
+
+
+def analyze_runs(run_dirs: list[Path], *, spark_master: str | None = None,
+                 spark_conf: dict[str, str] | None = None) -> list[RunOutcome]:
+    """Check many runs in one Spark session and one job, each written as if analysed alone.
+
+    Every run is converted first; one that cannot be (a corrupt history, a bad spec.json)
+    gets its error and is left out, the others are checked together: their Parquet
+    histories are read as one DataFrame whose `run` column tells them apart, which the
+    whole pipeline is keyed by. A failure of the job itself makes every run in it unknown."""
+    from checkers.pipeline import check_many
+    from checkers.spark import make_spark
+
+    outcomes: list[RunOutcome] = []
+    prepared: dict[str, PreparedRun] = {}
+    taken: set[str] = set()
+    for run_dir in run_dirs:
+        # Run ids come from directory names, which repeat across tests and results trees
+        # (two runs started in the same microsecond): a repeat gets a suffix for this job.
+        base = run_id_for(Path(run_dir))
+        run_id, n = base, 1
+        while run_id in taken:
+            n += 1
+            run_id = f"{base}+{n}"
+        taken.add(run_id)
+        try:
+            run = prepare_run(run_dir, run_id)
+        except (AnalyzeError, HistoryFormatError) as exc:
+            outcomes.append(RunOutcome(Path(run_dir), error=str(exc)))
+            continue
+        prepared[run_id] = run
+        outcomes.append(RunOutcome(run.path, notes=run.notes, run_id=run_id))
+    if prepared:
+        rows = sum(run.conversion.rows for run in prepared.values())
+        spark = make_spark(spark_master=spark_master, spark_conf=spark_conf, small=rows < SMALL_ROWS)
+        results = check_many({run_id: run.path for run_id, run in prepared.items()},
+                             {run_id: run.inputs for run_id, run in prepared.items()}, spark,
+                             final_phases={run_id: run.final_phase for run_id, run in prepared.items()
+                                           if run.final_phase is not None})
+        for outcome in outcomes:
+            if outcome.run_id is not None:
+                outcome.result = finish_run(prepared[outcome.run_id], results[outcome.run_id])
+    return outcomes
+
+
+@dataclass
+class RunOutcome:
+    """One run of a many-run analysis: its result, or why it could not be checked."""
+
+    path: Path
+    result: Any = None  # CheckResult
+    error: str | None = None
+    notes: list[str] = field(default_factory=list)
+    run_id: str | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_BAD_ARGUMENTS if self.result is None else self.result.exit_code
+
+
+def expand_run_dirs(arguments: list[str]) -> list[Path]:
+    """The run directories the arguments name: a run directory (it holds history.jsonl) is
+    itself; a suite directory (index.json of `logquake suite`) stands for the runs it lists;
+    a results root for every run under it (harness/store.py); anything else is an error."""
+    found: list[Path] = []
+    for argument in arguments:
+        path = Path(argument)
+        if not path.is_dir():
+            raise AnalyzeError(f"{path}: not a directory")
+        if (path / HISTORY_JSONL).is_file() or (path / SPEC_JSON).is_file():
+            found.append(path)
+            continue
+        suite_runs = _suite_runs(path)
+        if suite_runs is not None:
+            found.extend(suite_runs)
+            continue
+        runs = [run for run in store.find_runs(path) if (run / HISTORY_JSONL).is_file()]
+        if not runs:
+            raise AnalyzeError(f"{path}: neither a run directory (no {HISTORY_JSONL}), a suite directory "
+                               "(no index.json) nor a results directory with recorded runs")
+        found.extend(sorted(runs))
+    unique: dict[Path, Path] = {}
+    for path in found:
+        unique.setdefault(path.resolve(), path)  # a run named twice is checked once
+    return list(unique.values())
+
+
+def _suite_runs(path: Path) -> list[Path] | None:
+    index, _ = store.read_json_object(path / "index.json")
+    if index is None or not isinstance(index.get("runs"), list):
+        return None
+    runs = []
+    for row in index["runs"]:
+        run_dir = row.get("run_dir") if isinstance(row, dict) else None
+        if isinstance(run_dir, str) and (path / run_dir / HISTORY_JSONL).is_file():
+            runs.append((path / run_dir).resolve())
+    return runs
 
 
 def _cluster_settings(path: Path) -> dict | None:
@@ -186,44 +324,103 @@ def handle(args: argparse.Namespace) -> int:
     started_at = now_utc()
     try:
         conf = parse_spark_conf(args.spark_conf)
-        code = analyze(args.run_dir, spark_master=args.spark_master, spark_conf=conf)
+        run_dirs = expand_run_dirs(args.run_dir)
+        if len(args.run_dir) == 1 and run_dirs == [Path(args.run_dir[0])]:
+            code = analyze(args.run_dir[0], spark_master=args.spark_master, spark_conf=conf)
+        else:
+            return analyze_many(run_dirs, spark_master=args.spark_master, spark_conf=conf,
+                                junit_xml=args.junit_xml, started_at=started_at)
     except (AnalyzeError, HistoryFormatError, SparkMasterConflict) as exc:
         print(f"logquake analyze: {exc}", file=sys.stderr)
         return EXIT_BAD_ARGUMENTS
-    _write_report(Path(args.run_dir))
+    _write_report(Path(args.run_dir[0]))
     if args.junit_xml is not None:
-        _write_junit(Path(args.run_dir), args.junit_xml, started_at)
+        _write_junit([Path(args.run_dir[0])], args.junit_xml, started_at)
     return code
 
 
-def _write_junit(run_dir: Path, path: str, started_at) -> None:
-    """The re-checked run as JUnit XML (harness/junit.py), named, seeded and reproducible
-    from its spec.json."""
+def analyze_many(run_dirs: list[Path], *, spark_master: str | None, spark_conf: dict[str, str],
+                 junit_xml: str | None, started_at, out=None) -> int:
+    """analyze_runs, then per run its notes, verdict and report (as `analyze` prints them for
+    one run, under a header naming the run), one index per results tree, the JUnit file; the
+    exit code is the worst run's."""
+    out = sys.stdout if out is None else out
+    print(f"logquake analyze: {len(run_dirs)} run(s) in one Spark job", file=out, flush=True)
+    outcomes = analyze_runs(run_dirs, spark_master=spark_master, spark_conf=spark_conf)
+    roots: dict[Path, None] = {}
+    for outcome in outcomes:
+        print(f"== {outcome.path}", file=out)
+        if outcome.result is None:
+            print(f"logquake analyze: {outcome.error}", file=sys.stderr)
+            print(f"  not checked: {outcome.error}", file=out)
+            continue
+        for note in outcome.notes:
+            print(f"note: {note}", file=out)
+        print_verdict(outcome.result, out)
+        _write_report(outcome.path, index=False)
+        root = store.results_root_of(outcome.path.resolve())
+        if root is not None:
+            roots.setdefault(root, None)
+    for root in roots:
+        _write_index(root)
+    checked = [outcome.path for outcome in outcomes if outcome.result is not None]
+    if junit_xml is not None and checked:
+        _write_junit(checked, junit_xml, started_at)
+    codes = {outcome.exit_code for outcome in outcomes}
+    code = next(code for code in EXIT_RANK if code in codes)
+    counts = {}
+    for outcome in outcomes:
+        verdict = "not checked" if outcome.result is None else \
+            {True: "valid", False: "invalid", "unknown": "unknown"}[outcome.result.valid]
+        counts[verdict] = counts.get(verdict, 0) + 1
+    print(f"logquake analyze: {', '.join(f'{n} {v}' for v, n in counts.items())}; exit {code}", file=out)
+    return code
+
+
+def _write_junit(run_dirs: list[Path], path: str, started_at) -> None:
+    """The re-checked runs as JUnit XML (harness/junit.py), a testsuite per run, each named,
+    seeded and reproducible from its spec.json."""
     from harness.junit import RunRecord, load_result, now_utc, suite_for_run, write_junit
 
-    spec, _ = store.read_json_object(run_dir / SPEC_JSON)
-    spec = spec or {}
-    seed = spec.get("seed")
-    record = RunRecord(name=str(spec.get("name") or run_dir.name), status="checked", started_at=started_at,
-                       elapsed_s=(now_utc() - started_at).total_seconds(), message="re-checked by logquake analyze",
-                       run_dir=run_dir.resolve(), seed=seed if isinstance(seed, int) else None,
-                       reproduce_command=spec.get("command") if isinstance(spec.get("command"), str) else None,
-                       result=load_result(run_dir))
+    suites = []
+    for run_dir in run_dirs:
+        spec, _ = store.read_json_object(run_dir / SPEC_JSON)
+        spec = spec or {}
+        seed = spec.get("seed")
+        record = RunRecord(name=str(spec.get("name") or run_dir.name), status="checked", started_at=started_at,
+                           elapsed_s=(now_utc() - started_at).total_seconds(),
+                           message="re-checked by logquake analyze", run_dir=run_dir.resolve(),
+                           seed=seed if isinstance(seed, int) else None,
+                           reproduce_command=spec.get("command") if isinstance(spec.get("command"), str) else None,
+                           result=load_result(run_dir))
+        suites.append(suite_for_run(record))
     try:
-        print(f"junit: {write_junit(path, [suite_for_run(record)])}")
+        print(f"junit: {write_junit(path, suites)}")
     except OSError as exc:
         print(f"logquake analyze: cannot write the JUnit file {path}: {exc}", file=sys.stderr)
 
 
-def _write_report(run_dir: Path) -> None:
-    """The re-checked run gets a fresh report (and its store a fresh index). A report that
-    cannot be written is said, but does not change the verdict's exit code."""
-    from harness.report import write_index, write_report
+def _write_report(run_dir: Path, *, index: bool = True) -> None:
+    """The re-checked run gets a fresh report (and its store a fresh index, unless the caller
+    writes it once for many runs). A report that cannot be written is said, but does not
+    change the verdict's exit code."""
+    from harness.report import write_report
 
     try:
         print(f"report: {write_report(run_dir)}")
-        root = store.results_root_of(run_dir.resolve())
-        if root is not None:
-            print(f"index: {write_index(root)}")
     except Exception as exc:
         print(f"logquake analyze: could not write the report: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return
+    if index:
+        root = store.results_root_of(run_dir.resolve())
+        if root is not None:
+            _write_index(root)
+
+
+def _write_index(root: Path) -> None:
+    from harness.report import write_index
+
+    try:
+        print(f"index: {write_index(root)}")
+    except Exception as exc:
+        print(f"logquake analyze: could not write the index: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -40,6 +40,7 @@ from typing import Protocol
 
 from cluster.protocol.client import ProtocolClientError, WireClient
 from cluster.protocol.versions import ApiKey
+from cluster.proxy_routing import ProxyRouting
 
 SHM_DIR = "/dev/shm"
 METADATA_VERSION = 12
@@ -219,6 +220,11 @@ class ClusterControl:
         e.g. a test double)."""
         controller = getattr(self.cluster, "controller", None)
         return None if controller is None else str(controller.host)
+
+    def proxy_routing(self) -> ProxyRouting | None:
+        """The proxies the cluster's links run through (cluster.proxy_routing), or None when
+        its links are direct: the door of the latency, bandwidth and flaky nemeses."""
+        return getattr(self.cluster, "proxies", None)
 
     def data_dir(self, broker_id: int) -> str:
         return self._broker(broker_id).data_dir

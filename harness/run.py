@@ -118,14 +118,19 @@ def bundled_cluster(run: Run) -> Iterator[None]:
     spec = run.spec
     # Clock skew needs every broker started under libfaketime; only pay for it when asked.
     clocks = control_api.BrokerClocks(run.run_dir / "clocks") if "clock" in spec.nemeses else None
+    proxies = routed_links(spec)
     try:
         cluster = launcher.LocalCluster(brokers=spec.brokers, base_dir=run.run_dir / "cluster",
                                         config=dict(spec.cluster_config),
                                         seed=derive_seed(spec.seed, "cluster") % 2**31,
-                                        extra_env=clocks.extra_env if clocks is not None else None)
+                                        extra_env=clocks.extra_env if clocks is not None else None,
+                                        proxies=proxies)
     except ValueError as exc:
         raise HarnessError(f"cannot build the bundled cluster: {exc}") from None
     with cluster:
+        if proxies is not None:
+            run.log.info("every link through a proxy on %s: %s", proxies.api_url,
+                         ", ".join(f"{link['name']} {link['listen']}" for link in proxies.describe()))
         run.cluster = cluster
         run.bootstrap_servers = cluster.bootstrap_servers
         run.control = control_api.ClusterControl(cluster, clocks)
@@ -138,6 +143,18 @@ def bundled_cluster(run: Run) -> Iterator[None]:
             except Exception:
                 run.log.exception("closing the cluster control")
             run.cluster = None
+
+
+def routed_links(spec: RunSpec) -> Any:
+    """A cluster.proxy_routing.ProxyRouting when a nemesis faults the links through proxies
+    (every link gets one; on --toxiproxy-url's server, else logquake's own), else None: the
+    default path keeps its direct links."""
+    from harness.spec import PROXY_NEMESES
+
+    if not any(name in PROXY_NEMESES for name in spec.nemeses):
+        return None
+    routing = importlib.import_module("cluster.proxy_routing")
+    return routing.ProxyRouting(spec.toxiproxy_url, seed=derive_seed(spec.seed, "proxy") % 2**63)
 
 
 @contextlib.contextmanager

@@ -22,11 +22,16 @@ from workloads.registry import WORKLOAD_NAMES
 # Fault packages the nemeses implement (nemeses/). All of them act on broker processes or
 # their network, so none can run against an external cluster.
 NEMESIS_NAMES: tuple[str, ...] = ("kill", "pause", "partition", "clock", "brokers-down", "lone-leader-crash")
+# Faults on the cluster's links, through proxies (nemeses.toxics): the bundled cluster runs
+# with every link through a proxy when one of them is chosen.
+PROXY_NEMESES: tuple[str, ...] = ("latency", "bandwidth", "flaky")
+NEMESIS_NAMES += PROXY_NEMESES
 PROCESS_CONTROL_NEMESES: frozenset[str] = frozenset(NEMESIS_NAMES)
 
 SPEC_VERSION = 1
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._,=+-]*$")
 _HOST_PORT_RE = re.compile(r"^[A-Za-z0-9._\-\[\]:]+:\d{1,5}$")
+_TOXIPROXY_URL_RE = re.compile(r"^http://[A-Za-z0-9._\-\[\]:]+:\d{1,5}/?$")
 
 
 class SpecError(ValueError):
@@ -59,6 +64,9 @@ class RunSpec:
     # Seconds of calm before the first fault (Bufstream's harness found early faults can
     # leave a cluster that never finished starting permanently unusable).
     initial_quiet_s: float = 5.0
+    # A Toxiproxy server (http://HOST:PORT) that carries the routed cluster's proxies instead
+    # of logquake's own proxy (--toxiproxy-url); only with the proxy nemeses.
+    toxiproxy_url: str | None = None
     command: str = ""
     version: int = SPEC_VERSION
 
@@ -99,6 +107,17 @@ class RunSpec:
             _check(not needs_control, "nemeses",
                    f"{', '.join(needs_control)} needs control of the broker processes and cannot run against an "
                    "external cluster (--bootstrap-servers); run without --nemesis or on the bundled cluster")
+        if self.toxiproxy_url is not None:
+            _check(isinstance(self.toxiproxy_url, str) and bool(_TOXIPROXY_URL_RE.match(self.toxiproxy_url)),
+                   "toxiproxy_url", f"{self.toxiproxy_url!r} is not http://HOST:PORT")
+            _check(any(n in PROXY_NEMESES for n in self.nemeses), "toxiproxy_url",
+                   f"a Toxiproxy server is only used by the {', '.join(PROXY_NEMESES)} nemeses; choose one of them")
+            others = [n for n in self.nemeses if n not in PROXY_NEMESES]
+            # The run then stays in the host's network (where the server can reach the
+            # brokers), not in the private namespace the other faults need.
+            _check(not others, "toxiproxy_url", f"{', '.join(others)} needs the run's private network namespace, "
+                   "where a Toxiproxy server outside it cannot reach the brokers; with a Toxiproxy server choose only "
+                   f"{', '.join(PROXY_NEMESES)}")
         for name in ("client_config", "client_config_overrides", "cluster_config", "nemesis_options"):
             for key, value in getattr(self, name).items():
                 _check(isinstance(key, str) and key.strip() == key and key != "" and isinstance(value, str),

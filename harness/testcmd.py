@@ -54,6 +54,9 @@ def register(subparsers: Any) -> None:
                    help="workload option, e.g. sub_via=subscribe or commit_mode=before (repeatable)")
     p.add_argument("--bootstrap-servers", default=None, metavar="HOST:PORT,...",
                    help="test an external Kafka-protocol cluster instead of the bundled one")
+    p.add_argument("--toxiproxy-url", default=None, metavar="http://HOST:PORT",
+                   help="a Toxiproxy server to carry the cluster's proxies for the latency, bandwidth and flaky nemeses "
+                        "(default: logquake's own proxy, in the run)")
     p.add_argument("--name", default=None, help="test name: results/<name>/<timestamp>/ (default from workload and faults)")
     p.add_argument("--results-dir", default="results", help="results root (default ./results)")
     p.add_argument("--junit-xml", default=None, metavar="PATH",
@@ -155,7 +158,8 @@ def build_spec(args: argparse.Namespace, seed: int) -> RunSpec:
                       workload_options=workload_options,
                       bootstrap_servers=args.bootstrap_servers, client_config=client_config,
                       client_config_overrides=client_overrides, cluster_config=cluster_config,
-                      quiet_period_s=args.quiet_period, final_time_limit_s=args.final_time_limit)
+                      quiet_period_s=args.quiet_period, final_time_limit_s=args.final_time_limit,
+                      toxiproxy_url=getattr(args, "toxiproxy_url", None))
         RunSpec(**fields)  # validate before composing the command
         return RunSpec(**fields, command=reproduce_command(args, seed, name))
     except SpecError as exc:
@@ -176,7 +180,8 @@ def _as_flag(message: str) -> str:
     for field_name, flag in (("time_limit_s", "--time-limit"), ("rate_hz", "--rate"), ("concurrency", "--concurrency"),
                              ("brokers", "--brokers"), ("nemesis_interval_s", "--nemesis-interval"), ("seed", "--seed"),
                              ("final_time_limit_s", "--final-time-limit"), ("quiet_period_s", "--quiet-period"),
-                             ("bootstrap_servers", "--bootstrap-servers"), ("name", "--name")):
+                             ("bootstrap_servers", "--bootstrap-servers"), ("name", "--name"),
+                             ("toxiproxy_url", "--toxiproxy-url")):
         if message.startswith(field_name + ":"):
             return flag + message[len(field_name):]
     return message
@@ -203,6 +208,8 @@ def test_argv(args: argparse.Namespace, seed: int, name: str | None, test_count:
     parts += ["--brokers", str(args.brokers)]
     if args.bootstrap_servers is not None:
         parts += ["--bootstrap-servers", args.bootstrap_servers]
+    if getattr(args, "toxiproxy_url", None) is not None:
+        parts += ["--toxiproxy-url", args.toxiproxy_url]
     parts += ["--seed", str(seed)]
     if test_count != 1:
         parts += ["--test-count", str(test_count)]
@@ -245,7 +252,7 @@ def handle(args: argparse.Namespace) -> int:
     except BadArgument as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_BAD_ARGUMENTS
-    if args.bootstrap_servers is None and specs[0].nemeses:
+    if args.bootstrap_servers is None and specs[0].nemeses and specs[0].toxiproxy_url is None:
         # Faults need the run (harness, clients, brokers) inside a private network namespace
         # that dies with it: re-run this exact command there, once arguments are known good.
         from nemeses.net.sandbox import NamespaceUnavailable, ensure_private_namespace

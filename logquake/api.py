@@ -73,6 +73,7 @@ class TestSpec:
     cluster_config: Mapping[str, str] = field(default_factory=dict)
     workload_options: Mapping[str, Any] = field(default_factory=dict)
     bootstrap_servers: str | None = None
+    toxiproxy_url: str | None = None  # --toxiproxy-url: a Toxiproxy server for the latency, bandwidth and flaky faults
     name: str | None = None
 
     def argv(self, results_dir: str | os.PathLike[str] = "results") -> list[str]:
@@ -93,6 +94,8 @@ class TestSpec:
                 out += [flag, f"{key}={value}"]
         if self.bootstrap_servers is not None:
             out += ["--bootstrap-servers", self.bootstrap_servers]
+        if self.toxiproxy_url is not None:
+            out += ["--toxiproxy-url", self.toxiproxy_url]
         if self.name is not None:
             out += ["--name", self.name]
         return out

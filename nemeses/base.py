@@ -46,8 +46,13 @@ COLORS: dict[str, str] = {
     "clock": "#2a9d8f",
     "brokers-down": "#b07aa1",
     "lone-leader-crash": "#8c564b",
+    "latency": "#f28e2b",
+    "bandwidth": "#edc948",
+    "flaky": "#ff9da7",
 }
 PACKAGE_NAMES: tuple[str, ...] = ("kill", "pause", "partition", "clock", "brokers-down", "lone-leader-crash")
+# Faults on the proxied links (nemeses.toxics): the cluster runs with every link through a proxy.
+PACKAGE_NAMES += ("latency", "bandwidth", "flaky")
 
 
 class NemesisError(ValueError):
@@ -76,9 +81,19 @@ class NemesisOptions:
     strobe_min_period_exponent: int = 2
     # Probability that a round of the combined schedule is quiet (no fault).
     quiet_probability: float = 0.25
+    # The proxied-link faults (latency, bandwidth, flaky; nemeses.toxics documents them).
+    link_targets: tuple[str, ...] = ("one", "link", "direction", "all")
+    link_kinds: tuple[str, ...] = ("client", "broker", "controller")
+    latency_ms: int = 250
+    jitter_ms: int = 50
+    bandwidth_kb_per_s: int = 16
+    flaky_kinds: tuple[str, ...] = ("reset_peer", "timeout", "slicer")
+    flaky_toxicity_percent: int = 50
 
     def __post_init__(self) -> None:
         for name in ("db_targets", "partition_targets", "clock_kinds"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        for name in ("link_targets", "link_kinds", "flaky_kinds"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
         if self.primary_topics is not None:
             object.__setattr__(self, "primary_topics", tuple(self.primary_topics))
@@ -89,6 +104,9 @@ class NemesisOptions:
             raise NemesisError(f"strobe_min_period_exponent {self.strobe_min_period_exponent!r} must be an int in [0, 10)")
         if not (0.0 <= self.quiet_probability < 1.0):
             raise NemesisError(f"quiet_probability {self.quiet_probability!r} must be in [0, 1)")
+        from nemeses.toxics import check_link_options  # it imports this module
+
+        check_link_options(self)
 
     @classmethod
     def from_object(cls, source: object) -> "NemesisOptions":
@@ -109,6 +127,8 @@ class NemesisOptions:
 # combined schedule of a run takes the default (harness.run.combine).
 LIST_OPTIONS: tuple[str, ...] = ("db_targets", "partition_targets", "clock_kinds")
 INT_OPTIONS: tuple[str, ...] = ("strobe_min_period_exponent",)
+LIST_OPTIONS += ("link_targets", "link_kinds", "flaky_kinds")
+INT_OPTIONS += ("latency_ms", "jitter_ms", "bandwidth_kb_per_s", "flaky_toxicity_percent")
 SETTABLE_OPTIONS: tuple[str, ...] = LIST_OPTIONS + INT_OPTIONS
 
 
@@ -171,6 +191,15 @@ def build_packages(names: list[str], control: ClusterControl, options: object = 
         elif name == "lone-leader-crash":
             from nemeses.scripted import LoneLeaderCrashPackage
             packages.append(LoneLeaderCrashPackage(control, opts))
+        elif name == "latency":
+            from nemeses.latency import LatencyPackage
+            packages.append(LatencyPackage(control, opts))
+        elif name == "bandwidth":
+            from nemeses.bandwidth import BandwidthPackage
+            packages.append(BandwidthPackage(control, opts))
+        elif name == "flaky":
+            from nemeses.flaky import FlakyPackage
+            packages.append(FlakyPackage(control, opts))
         else:
             raise NemesisError(f"unknown nemesis {name!r}; known: {', '.join(PACKAGE_NAMES)}")
     return packages

@@ -27,6 +27,9 @@ _KNOWN_FAULT_COLOURS = {
     "disk": "#9c755f",
     "brokers-down": "#b07aa1",
     "lone-leader-crash": "#8c564b",
+    "latency": "#f28e2b",
+    "bandwidth": "#edc948",
+    "flaky": "#ff9da7",
 }
 _SPARE_FAULT_COLOURS = ("#4e79a7", "#b07aa1", "#86bcb6", "#8c564b", "#bcbd22", "#17becf", "#7f7f7f")
 

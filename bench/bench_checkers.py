@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness.history_parquet import DICTIONARY_COLUMNS, SCHEMA  # noqa: E402
 
 CONSUMERS = 3
+STREAM_ABOVE = 1e8  # larger histories are generated block by block (generate_streaming)
 
 
 def generate(n_micro_ops: int, out_dir: Path, seed: int = 7, partitions: int = 16,
@@ -111,6 +112,93 @@ def generate(n_micro_ops: int, out_dir: Path, seed: int = 7, partitions: int = 1
         write(_table(process=np.full(n, consumer), op_index=op, invoke_index=op - 1, typ="ok", f="poll",
                      mop_f="poll", key=log_key, offset=log_off, value=log_val, row_in_op=row_in_op))
         next_index = int(op.max()) + 1
+    writer.close()
+    return {"rows": rows, "sends": sends, "lost": 3, "duplicates": 3}
+
+
+def generate_streaming(n_micro_ops: int, out_dir: Path, seed: int = 7, partitions: int = 16,
+                       run_id: str = "bench", block_sends: int = 1_000_000) -> dict[str, int]:
+    """The same history shape as `generate`, written block by block so that memory holds one
+    block of sends (and the logs the consumers read of it), whatever N: for 10^9 micro-ops,
+    which do not fit in memory at once.
+
+    Sends are made in blocks; each consumer reads each block's new records key by key (a
+    consumer assigned every partition may read them in that order), so a key is read in offset
+    order across blocks. Op indices: sends 2i+1; each consumer's ops in a range of its own
+    after all sends (gaps between the ranges, which the checks do not mind). The injected
+    anomalies are `generate`'s: three acknowledged writes of the first block never read, three
+    values of the first block written again at offsets 10^9+i, read at the end of their keys."""
+    rng = np.random.default_rng(seed)
+    sends = max(n_micro_ops // (1 + CONSUMERS), 10)
+    run_dir = out_dir / f"run={run_id}"
+    run_dir.mkdir(parents=True)
+    writer = pq.ParquetWriter(run_dir / "part-00000.parquet", SCHEMA, compression="zstd",
+                              use_dictionary=DICTIONARY_COLUMNS)
+    rows = 0
+
+    def write(table: pa.Table) -> None:
+        nonlocal rows
+        writer.write_table(table, row_group_size=1_000_000)
+        rows += len(table)
+
+    span = 2 * (sends + 3) + 8  # index range of one consumer: its assign and at most one poll per record
+    assign_index = {c: 2 * sends + 1 + (c - 1) * span for c in range(1, CONSUMERS + 1)}
+    next_poll = {c: assign_index[c] + 2 for c in assign_index}
+    for consumer, index in assign_index.items():
+        write(_table(process=np.full(partitions, consumer), op_index=np.full(partitions, index),
+                     invoke_index=np.full(partitions, index - 1), typ="ok", f="assign",
+                     mop_f="assign", key=np.arange(partitions), offset=None, value=None,
+                     row_in_op=np.arange(partitions, dtype=np.int32)))
+    next_offset = np.zeros(partitions, np.int64)
+    duplicates: tuple[np.ndarray, np.ndarray] | None = None
+    for first in range(0, sends, block_sends):
+        count = min(block_sends, sends - first)
+        key = rng.integers(0, partitions, count)
+        roll = rng.random(count)
+        typ = np.where(roll < 0.97, "ok", np.where(roll < 0.99, "fail", "info"))
+        in_log = (typ == "ok") | ((typ == "info") & (rng.random(count) < 0.5))
+        value = np.arange(first, first + count, dtype=np.int64)
+        step = np.where(in_log, 1 + (rng.random(count) < 0.05), 0).astype(np.int64)
+        order = np.argsort(key, kind="stable")
+        keys_sorted, step_sorted = key[order], step[order]
+        cum = np.cumsum(step_sorted)
+        starts = np.r_[0, np.flatnonzero(np.diff(keys_sorted)) + 1]
+        base = np.repeat(cum[starts] - step_sorted[starts], np.diff(np.r_[starts, count]))
+        offset = np.empty(count, np.int64)
+        offset[order] = next_offset[keys_sorted] + cum - base - step_sorted
+        next_offset += np.bincount(key, weights=step, minlength=partitions).astype(np.int64)
+        visible = in_log.copy()
+        ok_idx = np.flatnonzero(typ == "ok")
+        if first == 0:
+            lost = rng.choice(ok_idx, 3, replace=False)
+            visible[lost] = False
+            dup = rng.choice(ok_idx[~np.isin(ok_idx, lost)], 3, replace=False)
+            duplicates = (key[dup], value[dup])
+        send_op = 2 * np.arange(first, first + count, dtype=np.int64) + 1
+        write(_table(process=np.zeros(count, np.int64), op_index=send_op, invoke_index=send_op - 1, typ=typ,
+                     f="send", mop_f="send", key=key, offset=np.where(typ == "fail", -1, offset), value=value,
+                     row_in_op=np.zeros(count, np.int32)))
+        log_idx = np.flatnonzero(visible)
+        log_key, log_off, log_val = key[log_idx], offset[log_idx], value[log_idx]
+        if first + count >= sends and duplicates is not None:  # the last block: the rewritten values
+            log_key = np.r_[log_key, duplicates[0]]
+            log_off = np.r_[log_off, np.array([10**9 + i for i in range(3)])]
+            log_val = np.r_[log_val, duplicates[1]]
+        by = np.lexsort((log_off, log_key))
+        log_key, log_off, log_val = log_key[by], log_off[by], log_val[by]
+        for consumer in range(1, CONSUMERS + 1):
+            n = len(log_key)
+            sizes = rng.integers(1, 30, n)
+            chunk = np.searchsorted(np.cumsum(sizes), np.arange(n), side="right")
+            new_key = np.r_[True, log_key[1:] != log_key[:-1]]
+            chunk = np.cumsum(np.r_[True, (chunk[1:] != chunk[:-1]) | new_key[1:]]) - 1
+            starts = np.r_[0, np.flatnonzero(np.diff(chunk)) + 1]
+            row_in_op = (np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))).astype(np.int32)
+            op = next_poll[consumer] + 2 * chunk
+            write(_table(process=np.full(n, consumer), op_index=op, invoke_index=op - 1, typ="ok", f="poll",
+                         mop_f="poll", key=log_key, offset=log_off, value=log_val, row_in_op=row_in_op))
+            if n:
+                next_poll[consumer] = int(op.max()) + 2
     writer.close()
     return {"rows": rows, "sends": sends, "lost": 3, "duplicates": 3}
 
@@ -222,6 +310,10 @@ def main() -> int:
     parser.add_argument("--plan", choices=("fused", "per-check"), default="fused",
                         help="fused per-key pass (default) or the tests' one-check-at-a-time DataFrame oracle")
     parser.add_argument("--no-duckdb", action="store_true", help="skip the DuckDB reference")
+    parser.add_argument("--generator", choices=("auto", "memory", "stream"), default="auto",
+                        help="history generator: in memory (the figures so far), streaming by blocks, "
+                             f"or auto: streaming above {STREAM_ABOVE:.0e} micro-ops")
+    parser.add_argument("--partitions", type=int, default=16, help="keys (Kafka partitions) of the history")
     parser.add_argument("--one-size", type=float, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--many", type=int, default=None, metavar="N",
                         help="N small histories: one job against one by one")
@@ -239,6 +331,7 @@ def main() -> int:
           f"{'jobs':>5} {'stages':>6} {'load':>5}  found", flush=True)
     passed = ["--plan", args.plan, *(["--keep", args.keep] if args.keep else []),
               *(["--no-duckdb"] if args.no_duckdb else []),
+              "--generator", args.generator, "--partitions", str(args.partitions),
               *[arg for item in args.spark_conf for arg in ("--spark-conf", item)]]
     status = 0
     for size in args.sizes.split(","):
@@ -263,7 +356,11 @@ def bench_one(size: int, args: argparse.Namespace) -> int:
     try:
         if out.exists():
             shutil.rmtree(out)
-        facts = generate(size, out)
+        stream = args.generator == "stream" or (args.generator == "auto" and size > STREAM_ABOVE)
+        generated_at = time.perf_counter()
+        facts = (generate_streaming if stream else generate)(size, out, partitions=args.partitions)
+        print(f"generated {facts['rows']} rows ({'streaming' if stream else 'in memory'}, {args.partitions} keys) "
+              f"in {time.perf_counter() - generated_at:.0f} s", file=sys.stderr, flush=True)
         small = facts["rows"] < 2_000_000
         with PeakMemory() as spark_mem:
             start = time.perf_counter()

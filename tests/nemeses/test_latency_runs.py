@@ -3,7 +3,10 @@ cluster with every link through a proxy, the queue workload, the Spark checkers.
 
 - latency and flaky faults on the safe configuration (acks=all, idempotence, min ISR 2)
   check valid, and the faults land: every toxic a start added, its stop removed from the
-  proxies, and sends under latency take longer than the latency.
+  proxies, and sends under latency take longer than the latency. The proxies live on a
+  Toxiproxy server of the test's own (`logquake proxy`, a process of its own) given by
+  --toxiproxy-url, as a user's Toxiproxy would be: the run creates its proxies there and
+  deletes them at the end.
 - latency is the only fault, and it exposes an unsafe switch: 10 s both ways on the link
   from the broker leading the most tested partitions to the controller. The controller
   hears nothing for its 3-s session timeout, fences it and elects other leaders, whose
@@ -18,9 +21,12 @@ cluster with every link through a proxy, the queue workload, the Spark checkers.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -42,14 +48,38 @@ def run_test(tmp_path: Path, *argv: str) -> tuple[subprocess.CompletedProcess, P
     return out, runs[0], json.loads(verdict_path.read_text())
 
 
+@pytest.fixture
+def toxiproxy_server(tmp_path) -> Iterator[tuple[str, Path]]:
+    """`logquake proxy` on a free port, standing in for a user's Toxiproxy: its URL and log
+    (a file, so that its log of every change never fills a pipe and stalls it)."""
+    log = tmp_path / "toxiproxy.log"
+    with log.open("w") as sink:
+        server = subprocess.Popen([sys.executable, "-m", "proxy", "--port", "0", "--seed", "5"], cwd=PROJECT,
+                                  stdout=subprocess.PIPE, stderr=sink, text=True)
+    try:
+        line = server.stdout.readline()  # type: ignore[union-attr]
+        found = re.search(r"Toxiproxy API on (http://\S+) ", line)
+        assert found, line
+        yield found.group(1), log
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def proxies_on(url: str) -> dict:
+    with urllib.request.urlopen(url + "/proxies", timeout=10) as answer:
+        return json.loads(answer.read())
+
+
 def anomaly_names(verdict: dict, allowed: bool) -> set[str]:
     return {a["name"] for a in verdict["anomalies"] if bool(a.get("allowed")) == allowed}
 
 
 @pytest.mark.slow
-def test_latency_and_flaky_faults_on_the_safe_cluster_check_valid_and_land(tmp_path):
+def test_latency_and_flaky_faults_on_the_safe_cluster_check_valid_and_land(tmp_path, toxiproxy_server):
+    url, log = toxiproxy_server
     out, run_dir, verdict = run_test(
-        tmp_path, "--nemesis", "latency,flaky", "--nemesis-interval", "2", "--seed", "7",
+        tmp_path, "--nemesis", "latency,flaky", "--nemesis-interval", "2", "--seed", "7", "--toxiproxy-url", url,
         "--client-config", "acks=all", "--client-config", "enable.idempotence=true",
         "--cluster-config", "min.insync.replicas=2")
     history = list(read_history(run_dir / "history.jsonl"))
@@ -81,6 +111,10 @@ def test_latency_and_flaky_faults_on_the_safe_cluster_check_valid_and_land(tmp_p
     assert verdict["valid"] is True, json.dumps(verdict, indent=1)[:4000]
     assert int(verdict["stats"]["by_f"]["send"]["ok"]) >= 300, verdict["stats"]
     assert out.returncode == 0
+    # The run's proxies were on the named server, and are gone from it.
+    assert proxies_on(url) == {}
+    changes = log.read_text()
+    assert "proxy logquake-b0-b1 created" in changes and "toxic logquake-latency-" in changes, changes[-2000:]
 
 
 @pytest.mark.slow

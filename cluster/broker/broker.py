@@ -24,6 +24,7 @@ from cluster.broker.controller_client import ControllerClient
 from cluster.broker.env import ClientInfo, Clock, Endpoint, Outbound, Reply, Response, Rng, Scheduler, TimerHandle
 from cluster.broker.fetch_sessions import FetchSessionCache
 from cluster.broker.groups import Group, GroupCoordinator, OffsetToCommit
+from cluster.broker.log_dir import LogDir, is_disk_failure
 from cluster.broker.offsets_log import GroupRecord, GroupTombstone, OffsetRecord, decode_batch, group_batch, offset_commit_batch, partition_for_group, tombstone_batch
 from cluster.broker.partition import Partition, TopicPartition
 from cluster.broker.producer_ids import ProducerIdAllocator
@@ -80,7 +81,13 @@ class Broker:
                 raise ValueError("the broker needs a controller: set controller.quorum.voters (or run it in combined mode)")
             controller = Endpoint(*voter)
         self.controller_client = ControllerClient(config, clock, scheduler, outbound, controller, self._on_metadata, rng)
-        self.replicas = ReplicaManager(config, disk, clock, scheduler, outbound, self.controller_client, self._log_config_for_topic)
+        # Every log and checkpoint file goes through the log directory, which fails for good
+        # at the first disk error (log_dir.py); the broker then halts, as Kafka's does.
+        self.log_dir = LogDir(disk, config.data_dir, self._on_log_dir_failure)
+        # The runtime's way to end the process (Kafka's Exit.halt); None: the core only stops.
+        self.on_halt: Callable[[str], None] | None = None
+        self.halted: str | None = None  # why the broker halted, once it has
+        self.replicas = ReplicaManager(config, self.log_dir, clock, scheduler, outbound, self.controller_client, self._log_config_for_topic)
         self.replicas.on_txn_marker = self.on_txn_marker  # markers followers replicate
         self.topics = ImageTopics(self.controller_client)
         self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots, rng)  # KIP-227
@@ -175,6 +182,31 @@ class Broker:
         self.replicas.shutdown()
         log.info("broker %d shut down cleanly", self.config.broker_id)
 
+    def _on_log_dir_failure(self, reason: str) -> None:
+        """The log directory failed (log_dir.py): take every partition offline now, as Kafka's
+        ReplicaManager.handleLogDirFailure, and halt once the failed call has returned (its
+        caller still answers KAFKA_STORAGE_ERROR), as LogManager does with no live directory."""
+        offline = self.replicas.take_offline()
+        log.error("broker %d: log directory %s failed (%s): %d partitions offline; halting", self.config.broker_id,
+                  self.config.data_dir, reason, len(offline))
+        self.scheduler.call_later(0, lambda: self._halt(reason))
+
+    def _halt(self, reason: str) -> None:
+        """Stop at once: no flush, no controlled shutdown (the controller fences the broker
+        when its heartbeats stop and moves its leaderships), then end the process."""
+        if self.halted is not None:
+            return
+        self.halted = reason
+        self._running = False
+        for timer in self._timers:
+            timer.cancel()
+        self._timers.clear()
+        self.controller_client.stop()
+        self.replicas.shutdown()  # stops the fetchers; writes nothing to the failed directory
+        log.error("broker %d halted: all log directories have failed (%s)", self.config.broker_id, reason)
+        if self.on_halt is not None:
+            self.on_halt(reason)
+
     def _schedule_repeating(self, interval_ms: int, action: Callable[[], None]) -> None:
         def tick() -> None:
             if not self._running:
@@ -192,7 +224,12 @@ class Broker:
     def _flush_due_logs(self) -> None:
         now_ms = self.clock.wall_ms()
         for partition in self.partitions.values():
-            partition.log.maybe_flush(now_ms=now_ms)
+            try:
+                partition.log.maybe_flush(now_ms=now_ms)
+            except OSError as error:
+                if not is_disk_failure(error):
+                    raise
+                return  # the log directory failed and is going offline
 
     def _apply_retention(self) -> None:
         now_ms = self.clock.wall_ms()
@@ -200,7 +237,12 @@ class Broker:
             # The internal topics are compacted in Kafka, never deleted by age or size; we do
             # not compact, so they keep everything (a transactional id's last state may be old).
             if partition.tp.topic not in INTERNAL_TOPICS:
-                partition.log.apply_retention(now_ms=now_ms, max_offset=partition.high_watermark)
+                try:
+                    partition.log.apply_retention(now_ms=now_ms, max_offset=partition.high_watermark)
+                except OSError as error:
+                    if not is_disk_failure(error):
+                        raise
+                    return  # the log directory failed and is going offline
 
     @property
     def partitions(self) -> dict[TopicPartition, Partition]:

@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 LEADER = "leader"
 FOLLOWER = "follower"
 NONE = "none"
+OFFLINE = "offline"  # its log directory failed (log_dir.py): KAFKA_STORAGE_ERROR until the broker restarts
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +242,13 @@ class Partition:
         """The partition is leaving this broker (or the broker is shutting down)."""
         self.role = NONE
         self._fail_pending_acks(ErrorCode.not_leader_or_follower)
+        self.wake_fetchers()
+
+    def take_offline(self) -> None:
+        """Its log directory failed: as Kafka's markPartitionOffline, every request for it
+        gets KAFKA_STORAGE_ERROR, waiting ones included, until the broker restarts."""
+        self.role = OFFLINE
+        self._fail_pending_acks(ErrorCode.kafka_storage_error)
         self.wake_fetchers()
 
     # ---- the leader ------------------------------------------------------------------
@@ -540,5 +548,5 @@ class Partition:
     def leader_error(self, current_leader_epoch: int = -1) -> ErrorCode | None:
         """Why this replica cannot serve a leader-only request, or None."""
         if self.role != LEADER:
-            return ErrorCode.not_leader_or_follower
+            return ErrorCode.kafka_storage_error if self.role == OFFLINE else ErrorCode.not_leader_or_follower
         return self.leader_epoch_error(current_leader_epoch)

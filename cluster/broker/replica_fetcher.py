@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from cluster.broker.env import Endpoint, OutboundResult
 from cluster.broker.fetch_sessions import FetchPlan, FetchSessionHandler, PartitionFetchState
+from cluster.broker.log_dir import is_disk_failure
 from cluster.broker.partition import FOLLOWER, Partition, TopicPartition
 from cluster.protocol.codec import build, payload_class, request_class
 from cluster.protocol.versions import ApiKey
@@ -137,6 +138,11 @@ class ReplicaFetcher:
                     self._handle_partition(p, answer, now_ms)
                 except (InvalidBatchError, ValueError) as error:
                     log.error("%s: bad data from leader %d: %s", tp, self.leader_id, error)
+                except OSError as error:
+                    if not is_disk_failure(error):
+                        raise
+                    log.error("%s: cannot store what leader %d sent: %s", tp, self.leader_id, error)
+                    return  # the log directory failed: the broker takes it offline (log_dir.py)
         if self._fetchable():
             self._fetch()
 

@@ -14,6 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from cluster.broker.controller_client import AlterPartitionResult, ControllerClient
 from cluster.broker.env import Clock, Outbound, Scheduler, TimerHandle
+from cluster.broker.log_dir import is_disk_failure
 from cluster.broker.partition import FOLLOWER, LEADER, Partition, ReplicationSettings, TopicPartition
 from cluster.broker.replica_fetcher import ReplicaFetcher
 from cluster.config import BrokerConfig
@@ -67,6 +68,7 @@ class ReplicaManager:
         self.partitions: dict[TopicPartition, Partition] = {}
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self.running = False
+        self.offline = False  # the log directory failed: take_offline()
         self._timer: TimerHandle | None = None
         self._checkpoint_timer: TimerHandle | None = None
         self._checkpointed_hwm: dict[TopicPartition, int] = {}
@@ -91,10 +93,28 @@ class ReplicaManager:
         for fetcher in self.fetchers.values():
             fetcher.stop()
         self.fetchers.clear()
+        if self.offline:
+            return  # nothing more is written to a failed directory
         self.checkpoint_high_watermarks()
         for partition in self.partitions.values():
             partition.stop()
             partition.log.close()
+
+    def take_offline(self) -> list[TopicPartition]:
+        """The log directory failed: Kafka's ReplicaManager.handleLogDirFailure for the only
+        directory. Fetchers stop, every partition answers KAFKA_STORAGE_ERROR, and nothing
+        here (ISR changes, checkpoints, metadata) touches a log again. Returns the partitions."""
+        self.offline = True
+        self.running = False
+        for timer in (self._timer, self._checkpoint_timer):
+            if timer is not None:
+                timer.cancel()
+        for fetcher in self.fetchers.values():
+            fetcher.stop()
+        self.fetchers.clear()
+        for partition in self.partitions.values():
+            partition.take_offline()
+        return sorted(self.partitions, key=lambda tp: (tp.topic, tp.partition))
 
     # ---- high watermark checkpoints --------------------------------------------------
 
@@ -148,6 +168,8 @@ class ReplicaManager:
 
     def apply_metadata(self, image: MetadataImage, delta: MetadataDelta) -> RoleChanges:
         changes = RoleChanges()
+        if self.offline:
+            return changes  # the partitions stay offline until the broker restarts
         now_ms = self.clock.wall_ms()
         for topic in delta.removed_topics:
             for index in list(topic.partitions):
@@ -194,7 +216,13 @@ class ReplicaManager:
             if partition is None:
                 topic = image.topic(state.topic)
                 assert topic is not None
-                partition_log = self._open_log(tp, state.topic_id)
+                try:
+                    partition_log = self._open_log(tp, state.topic_id)
+                except OSError as error:
+                    if not is_disk_failure(error):
+                        raise
+                    log.error("%s: cannot open its log: %s", tp, error)  # the failed directory is being taken offline
+                    continue
                 partition = self.partitions[tp] = Partition(tp, partition_log, self._settings(topic.configs),
                                                             high_watermark=self._checkpointed_high_watermark(tp))
                 partition.marker_listener = self._marker_replicated

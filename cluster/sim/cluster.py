@@ -8,6 +8,7 @@ Deterministic: everything random comes from one seeded RNG, and time moves only 
 
 from __future__ import annotations
 
+import errno
 import random
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from cluster.runtime.virtual_time import NodeClock, VirtualClock, VirtualSchedul
 from cluster.sim.link_fault import LinkFault, LinkFaultError
 from cluster.sim.network import NodeScheduler, SimNode, VirtualNetwork, VirtualOutbound
 from cluster.storage.disk import MemoryDisk
+from cluster.storage.faulty_disk import DiskFaults, FaultyDisk, TornTail
 
 CONTROLLER_ID = 1000
 CONTROLLER_HOST = "127.0.0.9"
@@ -40,6 +42,13 @@ SIM_DEFAULTS = {
     "group.initial.rebalance.delay.ms": "0",
     "offsets.topic.num.partitions": "3",
 }
+
+
+# A broker whose core halted (its log directory failed) ends its process this much later: the
+# answers it already wrote still arrive (a dead process's sent bytes leave with the kernel),
+# as the network's latency (at most 1 ms by default) delivers them, and requests meanwhile
+# get the offline partitions' KAFKA_STORAGE_ERROR, as in Kafka before its Exit.halt.
+HALT_EXIT_MS = 5.0
 
 
 def broker_host(broker_id: int) -> str:
@@ -81,6 +90,10 @@ class _BrokerSlot:
     scheduler: NodeScheduler | None = None
     outbound: VirtualOutbound | None = None
     incarnation: int = 0
+    faulty_disk: FaultyDisk | None = None  # wraps `disk`; the broker writes through it
+    stalled_until_ns: int = 0  # a slow fsync holds the broker until then
+    stalled: bool = False
+    halts: list[str] = field(default_factory=list)  # why each incarnation halted (its log directory failed)
 
 
 class SimCluster:
@@ -145,7 +158,13 @@ class SimCluster:
         slot.outbound = self.network.outbound_for(host)
         if slot.clock is None:
             slot.clock = NodeClock(self.clock)
-        slot.broker = Broker(self.broker_config(broker_id), slot.disk, slot.clock, slot.scheduler, random.Random(self.rng.getrandbits(64)), slot.outbound)
+        # Disk faults live in the broker process (as in the process runtime): a new
+        # incarnation starts on a healthy disk, as after an operator replaced it.
+        slot.faulty_disk = FaultyDisk(slot.disk, stall=lambda delay_ms: self._stall(broker_id, delay_ms))
+        slot.broker = Broker(self.broker_config(broker_id), slot.faulty_disk, slot.clock, slot.scheduler, random.Random(self.rng.getrandbits(64)),
+                             slot.outbound)
+        incarnation = slot.incarnation
+        slot.broker.on_halt = lambda reason: self._halted(broker_id, incarnation, reason)
         slot.broker.start()
         return slot.broker
 
@@ -157,6 +176,10 @@ class SimCluster:
         slot.scheduler.halt()
         slot.outbound.dead = True
         self.network.crash(broker_host(broker_id))
+        if slot.stalled:
+            # What a slow fsync held is delivered to a dead node now (dropped).
+            slot.stalled = False
+            self.network.resume(broker_host(broker_id))
         if lose_unflushed:
             slot.disk.crash()
         slot.broker = None
@@ -164,6 +187,81 @@ class SimCluster:
     def restart(self, broker_id: int, lose_unflushed: bool = False) -> Broker:
         self.kill(broker_id, lose_unflushed)
         return self.start_broker(broker_id)
+
+    # ---- disk faults -----------------------------------------------------------------------
+
+    def faulty_disk(self, broker_id: int) -> FaultyDisk:
+        """The running broker's disk, with its fault switches and counts."""
+        disk = self._slots[broker_id].faulty_disk
+        assert disk is not None and self.is_running(broker_id), f"broker {broker_id} is not running"
+        return disk
+
+    def fail_fsync(self, broker_id: int, error: int | str = errno.EIO) -> None:
+        """Every fsync of the broker fails with `error` (the broker halts at the first one)."""
+        self.faulty_disk(broker_id).update_faults(fsync_errno=error)
+
+    def fail_writes(self, broker_id: int, error: int | str = errno.ENOSPC) -> None:
+        """Every write needing space fails with `error`: a full disk."""
+        self.faulty_disk(broker_id).update_faults(write_errno=error)
+
+    def slow_fsync(self, broker_id: int, delay_ms: int) -> None:
+        """Every fsync of the broker first stalls it for `delay_ms` of simulated time."""
+        self.faulty_disk(broker_id).update_faults(fsync_delay_ms=delay_ms)
+
+    def clear_disk_faults(self, broker_id: int) -> None:
+        if self.is_running(broker_id):
+            self.faulty_disk(broker_id).set_faults(DiskFaults())
+
+    def crash_torn(self, broker_id: int, corrupt: bool = True) -> list[TornTail]:
+        """Power loss with torn writes: each file keeps a random part of its unflushed tail
+        (one byte of a segment's flipped with `corrupt`), the rest is lost; the broker is
+        down until `start_broker`."""
+        torn = self.faulty_disk(broker_id).tear_unflushed_tails(random.Random(self.rng.getrandbits(64)), corrupt=corrupt)
+        self.kill(broker_id, lose_unflushed=True)
+        return torn
+
+    def halts(self, broker_id: int) -> list[str]:
+        """Why each incarnation of the broker halted on a failed log directory, in order."""
+        return list(self._slots[broker_id].halts)
+
+    def _halted(self, broker_id: int, incarnation: int, reason: str) -> None:
+        """The broker core halted (its only log directory failed): the process ends, as
+        Kafka's Exit.halt, without losing what the OS already has."""
+        slot = self._slots[broker_id]
+        slot.halts.append(reason)
+
+        def end_process() -> None:
+            if slot.incarnation == incarnation and slot.broker is not None:
+                self.kill(broker_id)
+
+        self.scheduler.call_later(HALT_EXIT_MS, end_process)
+
+    def _stall(self, broker_id: int, delay_ms: int) -> None:
+        """A slow fsync: nothing reaches the broker and none of its timers fire until the
+        stall ends (the process is blocked in the call). Stalls in one handler add up. What
+        the stalled handler itself sends still leaves at once: an approximation, since a
+        core call cannot be suspended part way."""
+        slot = self._slots[broker_id]
+        host = broker_host(broker_id)
+        now_ns = self.clock.monotonic_ns()
+        slot.stalled_until_ns = max(slot.stalled_until_ns, now_ns) + delay_ms * 1_000_000
+        if not slot.stalled:
+            if self.network.is_paused(host):
+                return  # paused by a fault: it resumes with that fault
+            slot.stalled = True
+            self.network.pause(host)
+            incarnation = slot.incarnation
+
+            def maybe_resume() -> None:
+                if not slot.stalled or slot.incarnation != incarnation:
+                    return
+                if self.clock.monotonic_ns() < slot.stalled_until_ns:
+                    self.scheduler.call_at_ns(slot.stalled_until_ns, maybe_resume)
+                    return
+                slot.stalled = False
+                self.network.resume(host)
+
+            self.scheduler.call_at_ns(slot.stalled_until_ns, maybe_resume)
 
     def skew_clock(self, broker_id: int, skew_ms: int) -> None:
         """Set broker `broker_id`'s wall clock `skew_ms` away from true time (a clock fault:
@@ -174,6 +272,7 @@ class SimCluster:
         slot.clock.skew_ms = skew_ms
 
     def pause(self, broker_id: int) -> None:
+        self._slots[broker_id].stalled = False  # a slow fsync's hold becomes the pause's: resume() ends it
         self.network.pause(broker_host(broker_id))
 
     def resume(self, broker_id: int) -> None:

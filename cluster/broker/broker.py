@@ -237,12 +237,15 @@ class Broker:
             # The internal topics are compacted in Kafka, never deleted by age or size; we do
             # not compact, so they keep everything (a transactional id's last state may be old).
             if partition.tp.topic not in INTERNAL_TOPICS:
+                start = partition.log_start_offset
                 try:
                     partition.log.apply_retention(now_ms=now_ms, max_offset=partition.high_watermark)
                 except OSError as error:
                     if not is_disk_failure(error):
                         raise
                     return  # the log directory failed and is going offline
+                if partition.log_start_offset != start:
+                    partition.wake_fetchers()  # fetch sessions carry the new log start to the followers
 
     @property
     def partitions(self) -> dict[TopicPartition, Partition]:

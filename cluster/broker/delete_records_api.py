@@ -99,4 +99,5 @@ def _delete(broker: Broker, topic: str, p: Any) -> tuple[ErrorCode, int, Partiti
     if offset < 0 or offset > partition.high_watermark:
         return ErrorCode.offset_out_of_range, -1, None, -1
     partition.log.delete_records_before(offset)
+    partition.wake_fetchers()  # fetch sessions carry the new log start to the followers
     return ErrorCode.none, partition.low_watermark, partition, offset

@@ -27,6 +27,10 @@ NEMESIS_NAMES: tuple[str, ...] = ("kill", "pause", "partition", "clock", "broker
 PROXY_NEMESES: tuple[str, ...] = ("latency", "bandwidth", "flaky")
 NEMESIS_NAMES += PROXY_NEMESES
 PROCESS_CONTROL_NEMESES: frozenset[str] = frozenset(NEMESIS_NAMES)
+# Message faults on chosen links (nemeses.link_faults): only simulated runs (--sim) have a
+# network that can delay, lose, copy or reorder chosen messages from a seed. A spec may name
+# them; a real run refuses them when its packages are built, naming --sim.
+SIM_ONLY_NEMESES: tuple[str, ...] = ("link-delay", "link-loss", "link-duplicate", "link-reorder")
 
 SPEC_VERSION = 1
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._,=+-]*$")
@@ -92,7 +96,8 @@ class RunSpec:
             _check(self.brokers <= MAX_BROKERS, "brokers",
                    f"{self.brokers} brokers: the bundled cluster runs at most {MAX_BROKERS}")
         for nemesis in self.nemeses:
-            _check(nemesis in NEMESIS_NAMES, "nemeses", f"unknown nemesis {nemesis!r}; known: {', '.join(NEMESIS_NAMES)}")
+            _check(nemesis in NEMESIS_NAMES or nemesis in SIM_ONLY_NEMESES, "nemeses",
+                   f"unknown nemesis {nemesis!r}; known: {', '.join(NEMESIS_NAMES + SIM_ONLY_NEMESES)}")
         _check(len(set(self.nemeses)) == len(self.nemeses), "nemeses", f"{list(self.nemeses)} names a nemesis twice")
         _check(_is_positive(self.nemesis_interval_s), "nemesis_interval_s", f"{self.nemesis_interval_s!r} must be a positive number of seconds")
         for name in ("quiet_period_s", "initial_quiet_s"):
@@ -103,7 +108,7 @@ class RunSpec:
             servers = str(self.bootstrap_servers).split(",")
             for server in servers:
                 _check(bool(_HOST_PORT_RE.match(server.strip())), "bootstrap_servers", f"{server!r} is not host:port")
-            needs_control = [n for n in self.nemeses if n in PROCESS_CONTROL_NEMESES]
+            needs_control = [n for n in self.nemeses if n in PROCESS_CONTROL_NEMESES or n in SIM_ONLY_NEMESES]
             _check(not needs_control, "nemeses",
                    f"{', '.join(needs_control)} needs control of the broker processes and cannot run against an "
                    "external cluster (--bootstrap-servers); run without --nemesis or on the bundled cluster")

@@ -200,6 +200,11 @@ def build_packages(names: list[str], control: ClusterControl, options: object = 
         elif name == "flaky":
             from nemeses.flaky import FlakyPackage
             packages.append(FlakyPackage(control, opts))
+        elif name.startswith("link-"):
+            # Message faults on the simulated network's links: a real cluster's control is
+            # refused there, naming --sim.
+            from nemeses.link_faults import build_link_fault_packages
+            packages.extend(build_link_fault_packages([name], control))
         else:
             raise NemesisError(f"unknown nemesis {name!r}; known: {', '.join(PACKAGE_NAMES)}")
     return packages

@@ -128,15 +128,23 @@ def link_fault_schedule(name: str, brokers: Sequence[int], options: LinkFaultOpt
     return alternate(f"start-{name}", f"stop-{name}", starts())
 
 
+def link_fault_control(name: str, control: object) -> LinkFaultControl:
+    """`control` itself, or the simulated cluster a simulated run's ClusterControl carries as
+    `sim` (nemeses.sim_control.SimControl); NemesisError naming --sim for anything else (a
+    real cluster's ClusterControl)."""
+    for candidate in (control, getattr(control, "sim", None)):
+        if isinstance(candidate, LinkFaultControl):
+            return candidate
+    raise NemesisError(f"the {name} nemesis {SIM_ONLY}; {type(control).__name__} cannot set link faults")
+
+
 class LinkFaultPackage:
     def __init__(self, name: str, control: object, options: LinkFaultOptions | None = None) -> None:
         if name not in LINK_FAULT_NAMES:
             raise NemesisError(f"unknown link fault {name!r}; known: {', '.join(LINK_FAULT_NAMES)}")
-        if not isinstance(control, LinkFaultControl):
-            raise NemesisError(f"the {name} nemesis {SIM_ONLY}; {type(control).__name__} cannot set link faults")
         self.name = name
         self.color = LINK_FAULT_COLORS[name]
-        self.control = control
+        self.control = link_fault_control(name, control)
         self.options = options or LinkFaultOptions()
 
     def schedule(self, rng: random.Random) -> Iterator[dict]:

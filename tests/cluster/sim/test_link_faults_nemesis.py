@@ -18,7 +18,8 @@ from cluster.control import ClusterControl
 from cluster.sim.aio_runtime import SimAsyncio
 from cluster.sim.cluster import BROKER_PORT, CLIENT_HOST, CONTROLLER_HOST, SimCluster, broker_host
 from cluster.sim.link_fault import LinkFault
-from nemeses.base import NemesisError
+from harness.spec import SIM_ONLY_NEMESES, RunSpec, SpecError
+from nemeses.base import NemesisError, build_packages
 from nemeses.combined import Combined
 from nemeses.link_faults import (LINK_FAULT_NAMES, LinkFaultControl, LinkFaultOptions, LinkFaultPackage, build_link_fault_packages,
                                  fault_links, link_fault_schedule)
@@ -96,6 +97,34 @@ def test_a_real_cluster_control_is_refused_naming_sim() -> None:
     control = ClusterControl.__new__(ClusterControl)  # the real control's interface, no cluster behind it
     with pytest.raises(NemesisError, match=r"the link-delay nemesis runs only in the simulation \(logquake test --sim\)"):
         build_link_fault_packages(["link-delay"], control)
+    # The harness's own factory takes the same way for a real run.
+    with pytest.raises(NemesisError, match=r"the link-loss nemesis runs only in the simulation \(logquake test --sim\)"):
+        build_packages(["kill", "link-loss"], control)
+
+
+def test_the_factory_builds_them_over_a_simulated_runs_control() -> None:
+    class SimulatedControl:
+        """A simulated run's ClusterControl carries its SimCluster as `sim`."""
+
+        def __init__(self, sim: SimCluster) -> None:
+            self.sim = sim
+
+    sim = SimCluster(3, seed=1)
+    packages = build_packages(list(LINK_FAULT_NAMES), SimulatedControl(sim))  # type: ignore[arg-type]
+    assert [p.name for p in packages] == list(LINK_FAULT_NAMES)
+    packages[0].invoke("start-link-delay", {"target": "node", "node": 2, "fault": {"delay_ms": 7.0}})
+    assert sim.network.link_fault(CLIENT_HOST, broker_host(2)) == LinkFault(delay_ms=7)
+    with pytest.raises(NemesisError, match="unknown link fault 'link-flood'"):
+        build_packages(["link-flood"], SimulatedControl(sim))  # type: ignore[arg-type]
+
+
+def test_a_run_spec_may_name_them_but_not_against_an_external_cluster() -> None:
+    assert SIM_ONLY_NEMESES == LINK_FAULT_NAMES
+    assert RunSpec(name="t", workload="queue", seed=1, nemeses=("kill", "link-reorder")).nemeses == ("kill", "link-reorder")
+    with pytest.raises(SpecError, match="link-delay needs control of the broker processes"):
+        RunSpec(name="t", workload="queue", seed=1, nemeses=("link-delay",), bootstrap_servers="127.0.0.1:9092")
+    with pytest.raises(SpecError, match="unknown nemesis 'link-flood'; known: .*link-delay, link-loss"):
+        RunSpec(name="t", workload="queue", seed=1, nemeses=("link-flood",))
 
 
 def test_all_four_on_one_combined_schedule_keep_every_acknowledged_write() -> None:

@@ -54,6 +54,10 @@ def default_conf(*, cores: int | None = None, small: bool = True) -> dict[str, s
         "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
         "spark.sql.session.timeZone": "UTC",
         "spark.log.level": "WARN",
+        # Above this many input paths Spark lists files with a Spark job of its own; one
+        # job's hundred run directories are listed 3-4x faster by the driver (0.2 s against
+        # 0.7 s for 100 histories, bench_checkers --many).
+        "spark.sql.sources.parallelPartitionDiscovery.threshold": "10000",
     }
     if small:
         # Measured here: the check job has ~20 shuffles; with adaptive execution each query

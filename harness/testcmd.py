@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from harness.cli import EXIT_BAD_ARGUMENTS, EXIT_HARNESS_ERROR
-from harness.spec import NEMESIS_NAMES, PROCESS_CONTROL_NEMESES, RunSpec, SpecError, parse_key_values
+from harness.spec import NEMESIS_NAMES, PROCESS_CONTROL_NEMESES, SIM_ONLY_NEMESES, RunSpec, SpecError, parse_key_values
 from workloads.registry import WORKLOAD_NAMES, load as load_workload
 
 PROBE_TIMEOUT_S = 2.0
@@ -29,7 +29,8 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("test", help="run a test: workload + faults against a cluster, then check the history",
                               description=__doc__.splitlines()[0])
     p.add_argument("--workload", default="queue", help=f"one of {', '.join(WORKLOAD_NAMES)} (default queue)")
-    p.add_argument("--nemesis", default="", help=f"comma list of faults: {', '.join(NEMESIS_NAMES)} (default none)")
+    p.add_argument("--nemesis", default="", help=f"comma list of faults: {', '.join(NEMESIS_NAMES)}; with --sim also "
+                                                 f"{', '.join(SIM_ONLY_NEMESES)} (default none)")
     p.add_argument("--nemesis-interval", type=float, default=10.0, metavar="S",
                    help="mean seconds between fault ops of each kind (default 10)")
     p.add_argument("--nemesis-option", action="append", default=[], metavar="KEY=VALUE",
@@ -122,7 +123,11 @@ def build_spec(args: argparse.Namespace, seed: int) -> RunSpec:
             raise BadArgument(f"unknown workload {args.workload!r}; known: {', '.join(WORKLOAD_NAMES)}")
         nemeses = [n.strip() for n in args.nemesis.split(",") if n.strip()]
         for nemesis in nemeses:
-            if nemesis not in NEMESIS_NAMES:
+            if nemesis in SIM_ONLY_NEMESES:
+                if not getattr(args, "sim", False):
+                    raise BadArgument(f"--nemesis {nemesis} runs only in the simulation, whose network draws each "
+                                      "message's fate from the seed: add --sim")
+            elif nemesis not in NEMESIS_NAMES:
                 raise BadArgument(f"unknown nemesis {nemesis!r}; known: {', '.join(NEMESIS_NAMES)}")
         if args.bootstrap_servers is not None:
             refused = [n for n in nemeses if n in PROCESS_CONTROL_NEMESES]

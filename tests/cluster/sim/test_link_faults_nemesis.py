@@ -9,6 +9,7 @@ import asyncio
 import itertools
 import json
 import random
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,8 @@ from cluster.control import ClusterControl
 from cluster.sim.aio_runtime import SimAsyncio
 from cluster.sim.cluster import BROKER_PORT, CLIENT_HOST, CONTROLLER_HOST, SimCluster, broker_host
 from cluster.sim.link_fault import LinkFault
+from harness import testcmd
+from harness.cli import EXIT_BAD_ARGUMENTS
 from harness.spec import SIM_ONLY_NEMESES, RunSpec, SpecError
 from nemeses.base import NemesisError, build_packages
 from nemeses.combined import Combined
@@ -176,3 +179,11 @@ def test_all_four_on_one_combined_schedule_keep_every_acknowledged_write() -> No
     stats = sim.network.fault_stats
     assert min(stats.delayed, stats.retransmitted, stats.duplicated, stats.reordered) > 0, stats
     assert_every_ack_kept_once(Outcome(acked, _read_back(sim), stats, None, ""), records)
+
+
+def test_a_real_run_of_logquake_test_refuses_them_naming_sim(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert testcmd.main(["--nemesis", "kill,link-duplicate", "--seed", "1", "--results-dir", str(tmp_path)]) == EXIT_BAD_ARGUMENTS
+    err = capsys.readouterr().err.strip()
+    assert err == ("logquake test: --nemesis link-duplicate runs only in the simulation, whose network draws each message's "
+                   "fate from the seed: add --sim")
+    assert list(tmp_path.iterdir()) == []

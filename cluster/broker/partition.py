@@ -115,7 +115,9 @@ class Partition:
         self.pending_isr: tuple[int, ...] | None = None  # proposed to the controller, not yet answered
         self.awaiting_metadata = False  # a follower told by its leader that our epoch is stale
         self.epoch_start_offset = 0  # where our leader epoch begins (the log end when elected)
-        self._append_listeners: set[Callable[[], None]] = set()
+        # Insertion-ordered (a dict, not a set of callables hashed by address): pending fetches
+        # are woken in the order they parked, the same in every run of a simulation's seed.
+        self._append_listeners: dict[Callable[[], None], None] = {}
         self._pending_acks: list[PendingAck] = []
         self._pending_deletes: list[PendingAck] = []  # DeleteRecords waiting for the low watermark
         # Whether a replica's broker is alive (registered, unfenced): a dead one does not hold
@@ -522,10 +524,10 @@ class Partition:
             listener()
 
     def add_append_listener(self, listener: Callable[[], None]) -> None:
-        self._append_listeners.add(listener)
+        self._append_listeners[listener] = None
 
     def remove_append_listener(self, listener: Callable[[], None]) -> None:
-        self._append_listeners.discard(listener)
+        self._append_listeners.pop(listener, None)
 
     def read(self, fetch_offset: int, max_bytes: int, read_committed: bool = False) -> list[bytes | memoryview]:
         """What a consumer may read: below the HWM, or below the LSO for read_committed."""

@@ -20,7 +20,12 @@ is a frozenset, iterated to build its Fetch and ListOffsets requests, node by no
 `BrokerMetadata`: the order of requests on the wire then changed with PYTHONHASHSEED. While
 inside, those classes hash by a digest of their fields that does not depend on it
 (`stable_hash`), so their sets iterate in one order in every process. Sets of plain strings
-(a subscription to several topics) cannot be fixed this way; see the README.
+(a subscription to several topics) cannot be fixed this way: they reach the wire where
+aiokafka lists a set of topic names in a request, in its Metadata request
+(`aiokafka.client` builds it from its set of wanted topics) and in its group membership
+metadata (each assignor's `metadata(topics)`, from the subscription's set). While inside,
+those two builders get the topic names sorted (`CANONICAL_TOPIC_LISTS`), so the bytes of
+the requests, and the order of what the answers fill in, are the same in every process.
 
 A module that imported a clock or random function by name (`from time import monotonic`)
 cannot be redirected this way: that is refused with the module and name, rather than left
@@ -117,6 +122,11 @@ def stable_hash(value: Any) -> int:
 
 # The tuple types aiokafka keeps in sets: by "package.module.Class".
 STABLE_HASH_CLASSES = ("aiokafka.structs.TopicPartition", "aiokafka.structs.BrokerMetadata")
+# Where aiokafka 0.14 turns a set of topic names into a list on the wire: the Metadata
+# request class as aiokafka.client names it, and the assignors' membership metadata.
+CANONICAL_TOPIC_LISTS = ("aiokafka.client.MetadataRequest",
+                         "aiokafka.coordinator.assignors.range.RangePartitionAssignor.metadata",
+                         "aiokafka.coordinator.assignors.roundrobin.RoundRobinPartitionAssignor.metadata")
 _active = False
 
 
@@ -139,7 +149,9 @@ def virtual_environment(clock: Clock, rng: CanonicalRandom, packages: tuple[str,
     fake_time = VirtualTimeModule(clock)
     swapped: list[tuple[types.ModuleType, str, Any]] = []
     rehashed: list[tuple[type, Any]] = []
+    sorted_lists: list[tuple[Any, str, Any]] = []
     try:
+        sorted_lists.extend(_sort_topic_lists(CANONICAL_TOPIC_LISTS))
         for dotted in stable_hash_classes:
             module_name, _, class_name = dotted.rpartition(".")
             cls = getattr(importlib.import_module(module_name), class_name)
@@ -162,6 +174,8 @@ def virtual_environment(clock: Clock, rng: CanonicalRandom, packages: tuple[str,
                                            " it cannot be pointed at the simulation")
         yield
     finally:
+        for owner, name, original in reversed(sorted_lists):
+            setattr(owner, name, original)
         for module, name, value in reversed(swapped):
             setattr(module, name, value)
         for cls, original in reversed(rehashed):
@@ -170,6 +184,36 @@ def virtual_environment(clock: Clock, rng: CanonicalRandom, packages: tuple[str,
             else:
                 cls.__hash__ = original  # type: ignore[method-assign]
         _active = False
+
+
+def _sort_topic_lists(targets: tuple[str, ...]) -> list[tuple[Any, str, Any]]:
+    """Wrap each target (a request class a module names, or an assignor's `metadata`
+    classmethod) so the topic names it is given are sorted; returns what to put back."""
+    replaced: list[tuple[Any, str, Any]] = []
+    for dotted in targets:
+        owner_path, _, name = dotted.rpartition(".")
+        owner: Any
+        try:
+            owner = importlib.import_module(owner_path)
+        except ImportError:
+            module_name, _, class_name = owner_path.rpartition(".")
+            owner = getattr(importlib.import_module(module_name), class_name)
+        original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+        if isinstance(original, classmethod):
+            function = original.__func__
+            wrapped: Any = classmethod(lambda cls, topics, _f=function: _f(cls, sorted(topics)))
+        else:
+            request_class = original
+
+            class SortedTopics(request_class):  # type: ignore[misc, valid-type]
+                def __init__(self, topics: Any = None, *args: Any, **kwargs: Any) -> None:
+                    super().__init__(sorted(topics) if topics else topics, *args, **kwargs)
+
+            SortedTopics.__name__ = SortedTopics.__qualname__ = request_class.__name__
+            wrapped = SortedTopics
+        setattr(owner, name, wrapped)
+        replaced.append((owner, name, original))
+    return replaced
 
 
 _str_hashes: dict[str, int] = {}  # looked up, never iterated: its own order does not matter

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import math
 import socket
 from collections.abc import Callable
@@ -35,6 +36,18 @@ class SimulationStalled(RuntimeError):
     never happen (a real loop would block forever)."""
 
 
+class SimulationSpinning(RuntimeError):
+    """Callbacks stayed ready for `SPIN_LIMIT` loop iterations in a row at one virtual
+    instant: some task busy-waits for a change only time could bring. On a real clock it
+    would burn a CPU while time passed; on the virtual clock time never moves, so the run
+    stops here instead of hanging, with the message naming the instant."""
+
+
+# Loop iterations at one instant before a busy wait is declared. A run's busiest instants
+# (a broker's answer waking a dozen client tasks) take tens.
+SPIN_LIMIT = 100_000
+
+
 class Connector(Protocol):
     """What the loop needs from the simulated network (implemented by `aio_transport`)."""
 
@@ -42,6 +55,26 @@ class Connector(Protocol):
 
     async def connect(self, loop: SimEventLoop, protocol_factory: Callable[[], asyncio.BaseProtocol], address: str,
                       port: int) -> tuple[asyncio.Transport, asyncio.BaseProtocol]: ...
+
+
+class _OrderedTask(asyncio.Task):  # type: ignore[type-arg]
+    """A task whose hash is its creation number on its loop, not its address: sets of tasks
+    (asyncio.wait's, aiokafka's pending fetches) iterate in one order in every run, so
+    two tasks that finish at one instant are handled in the same order every time."""
+
+    _sequence_number = 0
+
+    def __hash__(self) -> int:
+        return self._sequence_number
+
+
+class _OrderedFuture(asyncio.Future):  # type: ignore[type-arg]
+    """A future hashed by its creation number on its loop (see _OrderedTask)."""
+
+    _sequence_number = 0
+
+    def __hash__(self) -> int:
+        return self._sequence_number
 
 
 class _VirtualTimerHandle(asyncio.TimerHandle):
@@ -56,10 +89,18 @@ class _VirtualSelector:
 
     def __init__(self, loop: SimEventLoop) -> None:
         self._loop = loop
+        self._spins = 0
 
     def select(self, timeout: float | None) -> list[Any]:
         if timeout != 0:
+            self._spins = 0
             self._loop._run_events_until_ready()
+        else:
+            self._spins += 1
+            if self._spins >= SPIN_LIMIT:
+                self._spins = 0
+                raise SimulationSpinning(f"{SPIN_LIMIT} loop iterations at virtual time {self._loop.now_ns()} ns without "
+                                         "waiting: a task busy-waits for something only time could bring")
         return []
 
     def close(self) -> None:
@@ -75,6 +116,20 @@ class SimEventLoop(asyncio.BaseEventLoop):
         # Timers are exact on the virtual clock: a timer fires at its deadline, never early.
         self._clock_resolution = 1e-9
         self.events_run = 0
+        # Tasks and futures hash by creation order, not by id() (address), so sets of them
+        # iterate alike in every run of a seed.
+        self._created = itertools.count(1)
+        self.set_task_factory(self._new_task)
+
+    def _new_task(self, loop: asyncio.AbstractEventLoop, coro: Any, context: Any = None) -> asyncio.Task:  # type: ignore[type-arg]
+        task = _OrderedTask(coro, loop=loop, context=context)
+        task._sequence_number = next(self._created)
+        return task
+
+    def create_future(self) -> asyncio.Future:  # type: ignore[type-arg]
+        future = _OrderedFuture(loop=self)
+        future._sequence_number = next(self._created)
+        return future
 
     # ---- time ------------------------------------------------------------------------------
 

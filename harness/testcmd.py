@@ -62,6 +62,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--results-dir", default="results", help="results root (default ./results)")
     p.add_argument("--junit-xml", default=None, metavar="PATH",
                    help="also write the verdict as JUnit XML for CI: a testsuite per run, a testcase per claim")
+    p.add_argument("--sim", action="store_true",
+                   help="run the whole test in this process on virtual time (simulated cluster, aiokafka clients); "
+                        "phase lengths are simulated seconds, and a seed replays exactly")
     p.set_defaults(handler=handle)
 
 
@@ -137,6 +140,9 @@ def build_spec(args: argparse.Namespace, seed: int) -> RunSpec:
                                   "bundled cluster")
         if args.test_count < 1:
             raise BadArgument(f"--test-count must be at least 1, got {args.test_count}")
+        if getattr(args, "sim", False) and args.bootstrap_servers is not None:
+            raise BadArgument("--sim runs the bundled cluster's simulation in this process; it cannot test an external "
+                              "cluster (--bootstrap-servers)")
         client_overrides = parse_key_values(args.client_config, "--client-config")
         cluster_config = parse_key_values(args.cluster_config, "--cluster-config")
         if args.bootstrap_servers is not None:
@@ -165,10 +171,27 @@ def build_spec(args: argparse.Namespace, seed: int) -> RunSpec:
                       client_config_overrides=client_overrides, cluster_config=cluster_config,
                       quiet_period_s=args.quiet_period, final_time_limit_s=args.final_time_limit,
                       toxiproxy_url=getattr(args, "toxiproxy_url", None))
-        RunSpec(**fields)  # validate before composing the command
+        checked = RunSpec(**fields)  # validate before composing the command
+        if getattr(args, "sim", False):
+            _check_simulated(checked)
         return RunSpec(**fields, command=reproduce_command(args, seed, name))
     except SpecError as exc:
         raise BadArgument(_as_flag(str(exc))) from None
+
+
+def _check_simulated(spec: RunSpec) -> None:
+    """Refuse, naming it, what a simulated run cannot do (a workload without a simulated
+    client, a client setting aiokafka cannot honour, a scripted fault)."""
+    from harness.sim.workload import NotSimulated, check_simulated
+    from nemeses.sim_control import NOT_SIMULATED
+
+    try:
+        check_simulated(spec)
+    except NotSimulated as exc:
+        raise BadArgument(f"--sim: {exc}") from None
+    for nemesis in spec.nemeses:
+        if nemesis in NOT_SIMULATED:
+            raise BadArgument(f"--sim: --nemesis {nemesis} cannot run in a simulation: {NOT_SIMULATED[nemesis]}")
 
 
 def _check_nemesis_options(options: dict[str, str]) -> None:
@@ -224,6 +247,8 @@ def test_argv(args: argparse.Namespace, seed: int, name: str | None, test_count:
             parts += [flag, item]
     if name is not None:
         parts += ["--name", name]
+    if getattr(args, "sim", False):
+        parts += ["--sim"]
     if args.results_dir != "results":
         parts += ["--results-dir", args.results_dir]
     return parts
@@ -257,7 +282,7 @@ def handle(args: argparse.Namespace) -> int:
     except BadArgument as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_BAD_ARGUMENTS
-    if args.bootstrap_servers is None and specs[0].nemeses and specs[0].toxiproxy_url is None:
+    if args.bootstrap_servers is None and specs[0].nemeses and specs[0].toxiproxy_url is None and not args.sim:
         # Faults need the run (harness, clients, brokers) inside a private network namespace
         # that dies with it: re-run this exact command there, once arguments are known good.
         from nemeses.net.sandbox import NamespaceUnavailable, ensure_private_namespace
@@ -277,7 +302,8 @@ def handle(args: argparse.Namespace) -> int:
     for spec in specs:
         print(f"{PROG}: seed {spec.seed}; reproduce with: {spec.command}", flush=True)
         code, valid = run_one(spec, args.results_dir,
-                              on_record=None if args.junit_xml is None else _junit_writer(args.junit_xml, records))
+                              on_record=None if args.junit_xml is None else _junit_writer(args.junit_xml, records),
+                              sim=args.sim)
         if code in (EXIT_HARNESS_ERROR, 130):
             return code
         verdicts.append(valid)
@@ -311,9 +337,10 @@ def _junit_writer(path: str, records: list[Any]) -> Any:
     return record
 
 
-def run_one(spec: RunSpec, results_dir: str, on_record: Any = None) -> tuple[int, Any]:
+def run_one(spec: RunSpec, results_dir: str, on_record: Any = None, sim: bool = False) -> tuple[int, Any]:
     """Run `spec`; returns (exit code, verdict). `on_record`, if given, receives the run's
-    harness.junit.RunRecord however it ended (checked, harness error, interrupted)."""
+    harness.junit.RunRecord however it ended (checked, harness error, interrupted). With
+    `sim`, the run is simulated (harness.sim)."""
     from harness.progress import Progress
     from harness.run import HarnessError, execute, open_run
 
@@ -352,7 +379,12 @@ def run_one(spec: RunSpec, results_dir: str, on_record: Any = None) -> tuple[int
         signal.signal(sig, on_signal)
     progress.start()
     try:
-        outcome = execute(run)
+        if sim:
+            from harness.sim.run import execute_sim
+
+            outcome = execute_sim(run)
+        else:
+            outcome = execute(run)
     except KeyboardInterrupt:
         print(f"\n{PROG}: interrupted while checking; the history is complete in {run.run_dir}", file=sys.stderr)
         print(f"{PROG}: seed {spec.seed}; reproduce with: {spec.command}", flush=True)

@@ -132,6 +132,11 @@ def _header(material: RunMaterial) -> str:
         facts.append("nemeses <b>" + (esc(", ".join(map(str, nemeses))) or "none") + "</b>")
     if "seed" in spec:
         facts.append(f"seed <b>{esc(spec['seed'])}</b>")
+    simulation = (material.result.stats or {}).get("simulation") if material.result is not None else None
+    if isinstance(simulation, dict) and simulation.get("simulated"):
+        # `logquake test --sim`: phase lengths and op times are virtual; say so, and how fast.
+        facts.append(f"<b>simulated</b>: {esc(simulation.get('simulated_s'))} s in {esc(simulation.get('wall_s'))} s "
+                     f"of wall time ({esc(simulation.get('speed'))}× simulated s per wall s)")
     digest = material.digest
     if digest:
         facts.append(f"{digest.op_count:,} history ops over {digest.duration_s:.1f} s")

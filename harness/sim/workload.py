@@ -1,0 +1,78 @@
+"""The workloads a simulated run can drive: the real workload's generators, with clients
+that run on the simulation's event loop.
+
+Only the queue workload has a simulated client so far (`workloads/clients/aiokafka_queue`);
+its transactional form (`txn=true`) does not. Others are refused with the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from harness.generator import Generator
+from harness.spec import RunSpec
+
+SIMULATED_WORKLOADS = ("queue",)
+
+
+class NotSimulated(ValueError):
+    """Something a run asks for that the simulation cannot do; the message says what."""
+
+
+@dataclass
+class SimWorkload:
+    generator: Generator
+    final_generator: Generator | None
+    open_client: Callable[[int | str], Any]  # a client whose invoke/close are coroutines
+    setup: Callable[[], Any]  # a coroutine function: create what the workload needs
+    close: Callable[[], Any]  # a coroutine function: release what setup opened
+    topics: tuple[str, ...]
+    client_settings: dict[str, Any]  # what each aiokafka client gets, for the run directory
+
+
+def check_simulated(spec: RunSpec) -> None:
+    """Raise NotSimulated naming the first thing in `spec` the simulation cannot run."""
+    if spec.workload not in SIMULATED_WORKLOADS:
+        raise NotSimulated(f"--workload {spec.workload} has no simulated client yet; simulated: "
+                           f"{', '.join(SIMULATED_WORKLOADS)}")
+    from workloads.clients.aiokafka_config import UnsupportedClientSetting, aiokafka_settings
+    from workloads.queue import QueueOptions
+
+    opts = QueueOptions(dict(spec.workload_options), spec.brokers)
+    if opts.txn:
+        raise NotSimulated("--workload-option txn=true: transactions are not simulated yet")
+    try:
+        aiokafka_settings(spec.client_config, spec.client_config_overrides)
+    except UnsupportedClientSetting as exc:
+        raise NotSimulated(str(exc)) from None
+
+
+def build(spec: RunSpec, bootstrap_servers: str, wall_ms: Callable[[], int]) -> SimWorkload:
+    """The queue workload with aiokafka clients. Its generators are the real workload's
+    (`workloads.queue.build`), whose confluent-kafka clients are never opened here."""
+    check_simulated(spec)
+    from workloads import queue
+    from workloads.clients.aiokafka_config import aiokafka_settings
+    from workloads.clients.aiokafka_queue import AioTopicCreator, AiokafkaQueueClient
+    from workloads.clients.confluent import KeyMap
+    from workloads.topic_settings import requested_topic_config
+
+    opts = queue.QueueOptions(dict(spec.workload_options), spec.brokers)
+    settings = aiokafka_settings(spec.client_config, spec.client_config_overrides)
+    real = queue.build(spec, bootstrap_servers)
+    keys = KeyMap(opts.topic_prefix, opts.partitions_per_topic)
+    topics = AioTopicCreator(bootstrap_servers, settings, opts.partitions_per_topic, opts.replication_factor,
+                             topic_config=requested_topic_config(spec))
+
+    def open_client(process: int | str) -> AiokafkaQueueClient:
+        return AiokafkaQueueClient(process=process, bootstrap_servers=bootstrap_servers, settings=settings, keys=keys,
+                                   topics=topics, wall_ms=wall_ms, max_poll_records=opts.max_poll_records,
+                                   default_poll_ms=opts.poll_ms)
+
+    async def setup() -> None:
+        await topics.ensure(keys.topic(k) for k in range(opts.key_count))
+
+    return SimWorkload(generator=real.generator, final_generator=real.final_generator, open_client=open_client,
+                       setup=setup, close=topics.close, topics=real.topics, client_settings=settings.describe())

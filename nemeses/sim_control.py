@@ -1,0 +1,231 @@
+"""The nemeses' door into a simulated cluster: `SimControl` gives a `SimCluster` the
+`cluster.control.ClusterControl` interface the fault packages use, and `SimPartitioner` the
+`NftPartitioner` interface, so kill, pause, partition (every topology) and clock bumps run
+through the real packages unchanged (`build_sim_packages`).
+
+What the simulation does for each:
+- kill: SIGKILL of the broker's core (timers stop, connections reset). It loses unflushed
+  data exactly when the real kill does: when the brokers run with
+  `log.crash.lose.unflushed=true` (the real broker then keeps appended bytes in its process
+  until fsync); otherwise the page cache survives, as in a real SIGKILL.
+- start: the broker comes back on its disk at once; it answers as soon as it is up.
+- pause / resume: everything that arrives for the broker, and its own timers, wait until
+  it resumes (SIGSTOP / SIGCONT).
+- partition: the directed cuts become blocked links of the virtual network, between broker
+  hosts and, for brokers without a majority, the controller; clients keep reaching every
+  broker, as in a real run. A `one-way` cut (only data segments dropped in a real run) drops
+  every message in that direction: the simulated network has no TCP segments.
+- clock: the broker's wall clock moves (`SimCluster.skew_clock`); its timers do not.
+  A strobe flips it on the simulation's timeline instead of a thread (`SimClockPackage`).
+
+There are no processes: `pid` is None. The leaders and ISRs the nemeses read come from the
+metadata image of the first running, unpaused broker, as the real control reads them from
+the first broker that answers a Metadata request (a broker cut off from the controller
+serves its last view in both).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from cluster.control import ControlError, PartitionStatus, TopicPartition, format_clock_offset
+from cluster.sim.cluster import CONTROLLER_HOST, SimCluster, broker_host
+from nemeses.base import NemesisError, NemesisOptions, build_packages
+from nemeses.clock import ClockPackage
+
+# The scripted packages wait on real time between their steps (time.sleep) and poll the
+# cluster: on the simulation's single timeline they would stop it. Not simulated yet.
+NOT_SIMULATED: dict[str, str] = {
+    "brokers-down": "its script waits between steps on real time; it is not simulated yet",
+    "lone-leader-crash": "its script waits between steps on real time; it is not simulated yet",
+}
+
+
+class SimControl:
+    """ClusterControl over a SimCluster. `schedule(delay_s, action)` runs an action later
+    on the simulation's timeline (the strobe's flips)."""
+
+    def __init__(self, sim: SimCluster, schedule: Callable[[float, Callable[[], None]], Any]) -> None:
+        self.sim = sim
+        self.schedule = schedule
+        self.lose_unflushed = all(sim.broker_config(b).log_crash_lose_unflushed for b in sim.broker_ids)
+        self._offsets_s: dict[int, float] = {}
+
+    # addresses
+    @property
+    def broker_ids(self) -> list[int]:
+        return list(self.sim.broker_ids)
+
+    def _check(self, broker_id: int) -> None:
+        if broker_id not in self.sim.broker_ids:
+            raise ControlError(f"no broker {broker_id!r}; brokers are {self.sim.broker_ids}")
+
+    def host(self, broker_id: int) -> str:
+        self._check(broker_id)
+        return broker_host(broker_id)
+
+    def hosts(self) -> dict[int, str]:
+        return {b: broker_host(b) for b in self.broker_ids}
+
+    def controller_host(self) -> str | None:
+        return CONTROLLER_HOST
+
+    def pid(self, broker_id: int) -> int | None:
+        self._check(broker_id)
+        return None
+
+    # processes
+    def is_alive(self, broker_id: int) -> bool:
+        self._check(broker_id)
+        return self.sim.is_running(broker_id)
+
+    def kill(self, broker_id: int) -> int | None:
+        self._check(broker_id)
+        if self.sim.is_running(broker_id):
+            self.sim.kill(broker_id, lose_unflushed=self.lose_unflushed)
+        return None
+
+    def start(self, broker_id: int) -> int | None:
+        self._check(broker_id)
+        if not self.sim.is_running(broker_id):
+            self.sim.start_broker(broker_id)
+        return None
+
+    def pause(self, broker_id: int) -> None:
+        self._check(broker_id)
+        self.sim.pause(broker_id)
+
+    def resume(self, broker_id: int) -> None:
+        self._check(broker_id)
+        self.sim.resume(broker_id)
+
+    def is_paused(self, broker_id: int) -> bool:
+        return self.sim.network.is_paused(self.host(broker_id))
+
+    # clocks
+    @property
+    def controls_clocks(self) -> bool:
+        return True
+
+    def set_clock_offset(self, broker_id: int, offset_s: float) -> str:
+        self._check(broker_id)
+        text = format_clock_offset(offset_s)
+        self._offsets_s[broker_id] = float(text)
+        self.sim.skew_clock(broker_id, round(float(text) * 1000))
+        return text
+
+    def clock_offset(self, broker_id: int) -> float:
+        self._check(broker_id)
+        return self._offsets_s.get(broker_id, 0.0)
+
+    # metadata
+    def leaders(self, topics: Iterable[str] | None = None, **_: Any) -> dict[TopicPartition, int]:
+        return {tp: s.leader for tp, s in self.partition_states(topics).items() if s.leader >= 0}
+
+    def partition_states(self, topics: Iterable[str] | None = None, *, via: Iterable[int] | None = None,
+                         **_: Any) -> dict[TopicPartition, PartitionStatus]:
+        wanted = None if topics is None else set(topics)
+        for broker_id in (self.broker_ids if via is None else list(via)):
+            if not self.sim.is_running(broker_id) or self.is_paused(broker_id):
+                continue
+            result = {}
+            for topic in self.sim.broker(broker_id).topics.all():
+                if wanted is not None and topic.name not in wanted:
+                    continue
+                for index, state in sorted(topic.partitions.items()):
+                    tp = TopicPartition(topic.name, index)
+                    result[tp] = PartitionStatus(tp, int(state.leader), tuple(state.replicas), tuple(state.isr))
+            return result
+        raise ControlError("no broker answered a Metadata request: none is running and unpaused")
+
+    def close(self) -> list[str]:
+        return []
+
+
+class SimPartitioner:
+    """NftPartitioner's interface (install / apply / heal) over the virtual network."""
+
+    def __init__(self, sim: SimCluster) -> None:
+        self.sim = sim
+
+    def install(self) -> None:
+        pass  # nothing to set up: the virtual network is always there
+
+    def apply(self, *, blocked: list[tuple[str, str]], blocked_data: list[tuple[str, str]] = ()) -> None:  # type: ignore[assignment]
+        self.sim.heal()
+        for src, dst in sorted({*blocked, *blocked_data}):
+            self.sim.network.block(src, dst)
+
+    def heal(self) -> None:
+        self.sim.heal()
+
+
+class SimClockPackage(ClockPackage):
+    """The clock package with its strobe on the simulation's timeline: the same flips, the
+    same schedule, no thread."""
+
+    def start(self, value: Any) -> dict:
+        if not isinstance(value, dict) or value.get("kind") != "strobe":
+            return super().start(value)
+        nodes, seen = self._nodes(value)
+        control: SimControl = self.control  # type: ignore[assignment]
+        base = {node: control.clock_offset(node) for node in nodes}
+        period_s = value["period_ms"] / 1000.0
+        flips = max(1, int(value["duration_ms"] / value["period_ms"]))
+        state: dict[str, Any] = {"done": 0, "shifted": False, "stopped": False}
+        self._sim_strobes.append(state)
+
+        def set_all(shifted: bool) -> None:
+            for node in nodes:
+                control.set_clock_offset(node, base[node] + (value["delta_ms"] / 1000.0 if shifted else 0.0))
+
+        def flip() -> None:  # as Strobe._run: `flips` flips a period apart, then back to the base
+            if state["stopped"]:
+                return
+            state["shifted"] = not state["shifted"]
+            set_all(state["shifted"])
+            state["done"] += 1
+            if state["done"] < flips:
+                control.schedule(period_s, flip)
+            else:
+                set_all(False)
+
+        control.schedule(period_s, flip)
+        return {**value, "nodes": nodes, **seen}
+
+    def reset(self) -> dict[str, str]:
+        for state in self._sim_strobes:
+            state["stopped"] = True
+        self._sim_strobes.clear()
+        return super().reset()
+
+    @property
+    def _sim_strobes(self) -> list[dict]:
+        strobes = self.__dict__.get("_sim_strobe_states")
+        if strobes is None:
+            strobes = self.__dict__["_sim_strobe_states"] = []
+        return strobes
+
+
+def build_sim_packages(names: list[str], control: SimControl, options: object = None) -> list[Any]:
+    """The fault packages for a simulated run: the real ones over SimControl, partition with
+    the SimPartitioner, clock with its strobe on the timeline. Scripted packages are refused
+    with the reason."""
+    refused = [n for n in names if n in NOT_SIMULATED]
+    if refused:
+        raise NemesisError("; ".join(f"--nemesis {n} cannot run in a simulation: {NOT_SIMULATED[n]}" for n in refused))
+    opts = NemesisOptions.from_object(options)
+    packages: list[Any] = []
+    for name in names:
+        if name == "partition":
+            from nemeses.partition import PartitionPackage
+
+            packages.append(PartitionPackage(control, opts, partitioner=SimPartitioner(control.sim)))  # type: ignore[arg-type]
+        elif name == "clock":
+            packages.append(SimClockPackage(control, opts))  # type: ignore[arg-type]
+        else:
+            packages.extend(build_packages([name], control, opts))  # type: ignore[arg-type]
+    if len(set(names)) != len(names):
+        raise NemesisError(f"{names} names a nemesis twice")
+    return packages

@@ -223,11 +223,14 @@ def _hash_fields(self: tuple[Any, ...]) -> int:
     # Hot (every set and dict operation on a partition): topic names' digests are cached.
     fields = []
     for value in self:
-        if value.__class__ is str:
+        cls = value.__class__
+        if cls is str:
             digest = _str_hashes.get(value)
             if digest is None:
                 digest = _str_hashes[value] = stable_hash(value)
             fields.append(digest)
+        elif cls is int:
+            fields.append(value)  # an int hashes alike in every process: the tuple's hash is the same
         else:
             fields.append(stable_hash(value))
     return hash(tuple(fields))

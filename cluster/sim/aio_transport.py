@@ -176,13 +176,21 @@ class SimConnector(Connector):
         self._network = network
         self._source_host = source_host
         self._names = dict(names or {})
+        self._known_hosts: set[str] = set()
         self._ports = itertools.count(40_000)  # ephemeral ports, for peers that log them
         self._numbers = itertools.count(1)
         self.trace: list[TraceEntry] | None = [] if record_trace else None
 
     def resolve(self, host: str) -> str | None:
         address = self._names.get(host, host)
-        return address if self._network.has_host(address) else None
+        # Hosts join the network and never leave it: a known one is remembered (a client
+        # retrying a dead broker resolves its name on every attempt).
+        if address in self._known_hosts:
+            return address
+        if self._network.has_host(address):
+            self._known_hosts.add(address)
+            return address
+        return None
 
     async def connect(self, loop: SimEventLoop, protocol_factory: Callable[[], asyncio.BaseProtocol], address: str,
                       port: int) -> tuple[asyncio.Transport, asyncio.BaseProtocol]:

@@ -214,12 +214,22 @@ class NemesisRouter:
 def build_packages(run: Run) -> list[Any]:
     if not run.spec.nemeses:
         return []
-    if run.control is None:
+    control = run.control
+    if control is None and run.spec.toxiproxy_url is not None:
+        # An external cluster behind the user's Toxiproxy: the link faults act on its proxies.
+        from nemeses.base import NemesisError
+        from nemeses.toxics import ServerLinks
+
+        try:
+            control = ServerLinks(run.spec.toxiproxy_url, run.bootstrap_servers or "")
+        except NemesisError as exc:
+            raise HarnessError(str(exc)) from None
+    if control is None:
         raise HarnessError("the nemeses need the bundled cluster's control API")
     from nemeses.base import NemesisError, build_packages as build
 
     try:
-        return list(build(list(run.spec.nemeses), run.control, run.spec))
+        return list(build(list(run.spec.nemeses), control, run.spec))
     except NemesisError as exc:
         raise HarnessError(str(exc)) from None
 

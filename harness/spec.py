@@ -108,7 +108,13 @@ class RunSpec:
             servers = str(self.bootstrap_servers).split(",")
             for server in servers:
                 _check(bool(_HOST_PORT_RE.match(server.strip())), "bootstrap_servers", f"{server!r} is not host:port")
-            needs_control = [n for n in self.nemeses if n in PROCESS_CONTROL_NEMESES or n in SIM_ONLY_NEMESES]
+            # The link faults reach an external cluster through the user's Toxiproxy, if named.
+            behind_proxies = [n for n in self.nemeses if n in PROXY_NEMESES]
+            _check(not behind_proxies or self.toxiproxy_url is not None, "nemeses",
+                   f"{', '.join(behind_proxies)} needs the cluster's links behind Toxiproxy proxies: against an external "
+                   "cluster (--bootstrap-servers), name your Toxiproxy server with --toxiproxy-url")
+            needs_control = [n for n in self.nemeses
+                             if (n in PROCESS_CONTROL_NEMESES and n not in PROXY_NEMESES) or n in SIM_ONLY_NEMESES]
             _check(not needs_control, "nemeses",
                    f"{', '.join(needs_control)} needs control of the broker processes and cannot run against an "
                    "external cluster (--bootstrap-servers); run without --nemesis or on the bundled cluster")

@@ -18,7 +18,8 @@ import time
 from typing import Any
 
 from harness.cli import EXIT_BAD_ARGUMENTS, EXIT_HARNESS_ERROR
-from harness.spec import NEMESIS_NAMES, PROCESS_CONTROL_NEMESES, SIM_ONLY_NEMESES, RunSpec, SpecError, parse_key_values
+from harness.spec import (NEMESIS_NAMES, PROCESS_CONTROL_NEMESES, PROXY_NEMESES, SIM_ONLY_NEMESES, RunSpec, SpecError,
+                          parse_key_values)
 from workloads.registry import WORKLOAD_NAMES, load as load_workload
 
 PROBE_TIMEOUT_S = 2.0
@@ -133,7 +134,7 @@ def build_spec(args: argparse.Namespace, seed: int) -> RunSpec:
             elif nemesis not in NEMESIS_NAMES:
                 raise BadArgument(f"unknown nemesis {nemesis!r}; known: {', '.join(NEMESIS_NAMES)}")
         if args.bootstrap_servers is not None:
-            refused = [n for n in nemeses if n in PROCESS_CONTROL_NEMESES]
+            refused = [n for n in nemeses if n in PROCESS_CONTROL_NEMESES and n not in PROXY_NEMESES]
             if refused:
                 raise BadArgument(f"--nemesis {','.join(refused)} needs control of the broker processes, which an "
                                   "external cluster (--bootstrap-servers) does not give; drop --nemesis or use the "

@@ -23,6 +23,7 @@ too). The package records each op's links and toxic in the history.
 from __future__ import annotations
 
 import random
+import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -68,12 +69,16 @@ class ToxicClient:
         self._host, self._port = host, int(port)
 
     def _run(self, action: Callable[[Any], Any]) -> Any:
+        import requests
         from toxiproxy import Toxiproxy
 
         with _client_lock:
             client = Toxiproxy()
             client.update_api_consumer(self._host, self._port)
-            return action(client)
+            try:
+                return action(client)
+            except requests.RequestException as error:
+                raise NemesisError(f"the Toxiproxy server at {self.url} did not answer: {error}") from None
 
     def add(self, proxy_name: str, toxic_name: str, stream: str, toxic_type: str, attributes: dict[str, int],
             toxicity: float) -> None:
@@ -263,3 +268,61 @@ def check_link_options(options: NemesisOptions) -> None:
 
 
 FLAKY_KINDS: tuple[str, ...] = ("reset_peer", "timeout", "slicer")
+
+
+# -- a user's Toxiproxy in front of an external cluster ------------------------------------
+
+# The layout logquake reads from a Toxiproxy server in front of an external cluster: the same
+# names the bundled cluster's routing creates, with Kafka broker ids.
+LAYOUT_RE = re.compile(r"^logquake-(?:client|b(\d+))-(?:b(\d+)|(controller))$")
+
+
+class ServerLinks:
+    """The nemeses' door for an external cluster behind a user's Toxiproxy (`--bootstrap-servers`
+    with `--toxiproxy-url`): its links are the server's proxies named as the bundled cluster's
+    (`logquake-client-b<id>`, `logquake-b<i>-b<j>`, `logquake-b<i>-controller`, any subset);
+    other proxies on the server are left alone. `leaders` reads the cluster's metadata with a
+    Kafka client, for the live `primary` target."""
+
+    CONTROLLER_ID = -1  # the controller has no broker id here; only names tell it apart
+
+    def __init__(self, api_url: str, bootstrap_servers: str, client_config: dict[str, str] | None = None) -> None:
+        self.api_url = api_url.rstrip("/")
+        self._bootstrap_servers = bootstrap_servers
+        self._client_config = dict(client_config or {})
+        names = ToxicClient(self.api_url).toxic_names()
+        self.links: dict[str, Link] = {}
+        for name in sorted(names):
+            match = LAYOUT_RE.match(name)
+            if match is None:
+                continue
+            source = None if match.group(1) is None else int(match.group(1))
+            dest = self.CONTROLLER_ID if match.group(3) else int(match.group(2))
+            kind = "client" if source is None else ("controller" if match.group(3) else "broker")
+            self.links[name] = Link(name, kind, source, dest)
+        if not self.links:
+            raise NemesisError(f"the Toxiproxy server at {self.api_url} has no proxy named as logquake expects "
+                               "(logquake-client-b<id>, logquake-b<i>-b<j>, logquake-b<i>-controller; README: Faults on "
+                               f"the cluster's links); it has: {', '.join(sorted(names)) or 'no proxy'}")
+
+    @property
+    def broker_ids(self) -> list[int]:
+        return sorted({node for link in self.links.values() for node in (link.source, link.dest)
+                       if node is not None and node != self.CONTROLLER_ID})
+
+    def proxy_routing(self) -> ServerLinks:
+        return self
+
+    def leaders(self, topics: Sequence[str] | None = None) -> dict[Any, int]:
+        from confluent_kafka.admin import AdminClient
+
+        from cluster.control import TopicPartition
+
+        wanted = set(topics) if topics is not None else None
+        try:
+            metadata = AdminClient({**self._client_config, "bootstrap.servers": self._bootstrap_servers}).list_topics(timeout=5)
+        except Exception as error:  # noqa: BLE001 - librdkafka's KafkaException, reported as the control API does
+            raise ControlError(f"cannot read the cluster's metadata: {error}") from None
+        return {TopicPartition(topic.topic, partition.id): partition.leader
+                for topic in metadata.topics.values() if wanted is None or topic.topic in wanted
+                for partition in topic.partitions.values() if partition.leader >= 0}

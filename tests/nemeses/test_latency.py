@@ -197,3 +197,57 @@ def test_a_cluster_without_proxies_is_refused_naming_the_reason():
 def test_a_toxiproxy_url_the_run_cannot_use_is_refused(fields, error):
     with pytest.raises(SpecError, match=f"toxiproxy_url: .*{error}"):
         RunSpec(name="x", workload="queue", seed=1, **fields)
+
+
+def test_an_external_clusters_links_are_the_servers_proxies_named_as_logquake_expects(cluster, control):
+    # The module's routed cluster stands in for a user's set-up: a Kafka cluster whose brokers
+    # advertise Toxiproxy proxies named in logquake's layout, plus a proxy of their own.
+    from nemeses.toxics import ServerLinks
+
+    server = cluster.proxies._server  # type: ignore[union-attr]
+    call(server, "POST", "/proxies", {"name": "users-redis", "listen": "127.0.0.1:0", "upstream": "127.0.0.1:9"})
+    try:
+        links = ServerLinks(server.url, cluster.bootstrap_servers)
+        assert set(links.links) == set(cluster.proxies.links)  # type: ignore[union-attr]
+        assert links.broker_ids == [0, 1, 2]
+        assert {name: link.kind for name, link in links.links.items()} == {
+            name: link.kind for name, link in cluster.proxies.links.items()}  # type: ignore[union-attr]
+        assert links.leaders(["slow"]) == control.leaders(["slow"])
+        package = LatencyPackage(links, checked_options({"link_targets": "primary", "link_kinds": "client"}))
+        done = package.invoke("start-latency", starts(package, 2, 1)[0])
+        node = leader(control)
+        client_link = link_name("logquake", None, node, CONTROLLER_NODE_ID)
+        assert done["node"] == node and done["links"] == [[client_link, "upstream"], [client_link, "downstream"]]
+        assert toxics(cluster) == {client_link: ["logquake-latency-downstream", "logquake-latency-upstream"]}
+        package.heal()
+        assert toxics(cluster) == {}
+    finally:
+        call(server, "DELETE", "/proxies/users-redis")
+
+
+def test_a_server_without_logquakes_layout_is_refused_naming_it():
+    from nemeses.toxics import ServerLinks
+    from proxy import ProxyServer
+
+    with ProxyServer(port=0, seed=1) as server:
+        call(server, "POST", "/proxies", {"name": "kafka", "listen": "127.0.0.1:0", "upstream": "127.0.0.1:9"})
+        with pytest.raises(NemesisError, match="no proxy named as logquake expects.*it has: kafka"):
+            ServerLinks(server.url, "127.0.0.1:9")
+
+
+def test_an_unreachable_server_is_named():
+    from nemeses.toxics import ServerLinks
+
+    with pytest.raises(NemesisError, match="the Toxiproxy server at http://127.0.0.1:1 did not answer"):
+        ServerLinks("http://127.0.0.1:1", "127.0.0.1:9")
+
+
+def test_link_faults_against_an_external_cluster_need_a_toxiproxy_url():
+    with pytest.raises(SpecError, match="latency needs the cluster's links behind Toxiproxy proxies.*--toxiproxy-url"):
+        RunSpec(name="x", workload="queue", seed=1, nemeses=("latency",), bootstrap_servers="127.0.0.1:9092")
+    spec = RunSpec(name="x", workload="queue", seed=1, nemeses=("latency", "flaky"), bootstrap_servers="127.0.0.1:9092",
+                   toxiproxy_url="http://127.0.0.1:8474")
+    assert spec.external_cluster
+    with pytest.raises(SpecError, match="kill needs control of the broker processes"):
+        RunSpec(name="x", workload="queue", seed=1, nemeses=("latency", "kill"), bootstrap_servers="127.0.0.1:9092",
+                toxiproxy_url="http://127.0.0.1:8474")

@@ -135,3 +135,27 @@ def test_latency_alone_exposes_reading_past_the_high_watermark(tmp_path):
                "poll-skip", "int-poll-skip", "int-nonmonotonic-poll", "int-nonmonotonic-send", "G1a", "G1c-realtime"}
     assert anomaly_names(verdict, allowed=False) <= follows
     assert out.returncode == 1
+
+
+@pytest.mark.soak
+def test_an_external_cluster_behind_a_users_toxiproxy_takes_the_link_faults(tmp_path, toxiproxy_server):
+    # The user's set-up: a cluster whose every link runs through proxies named in logquake's
+    # layout on their Toxiproxy (here a routed bundled cluster on a `logquake proxy` process).
+    # The run knows only --bootstrap-servers and --toxiproxy-url.
+    from cluster.launcher import LocalCluster
+    from cluster.proxy_routing import ProxyRouting
+
+    url, log = toxiproxy_server
+    config = {"min.insync.replicas": "2", "group.initial.rebalance.delay.ms": "0"}
+    with LocalCluster(brokers=3, base_dir=tmp_path / "users-cluster", config=config, seed=9,
+                      proxies=ProxyRouting(url)) as cluster:
+        out, run_dir, verdict = run_test(
+            tmp_path, "--bootstrap-servers", cluster.bootstrap_servers, "--toxiproxy-url", url,
+            "--nemesis", "latency,flaky", "--nemesis-interval", "2", "--seed", "3", "--client-config", "acks=all")
+        assert len(proxies_on(url)) == 12  # the user's proxies stay; only toxics came and went
+    faults = [op for op in read_history(run_dir / "history.jsonl")
+              if op.process == "nemesis" and op.f.startswith("start-") and isinstance(op.value, dict) and op.value.get("links")]
+    assert faults, "no link fault ran"
+    assert "toxic logquake-latency-" in log.read_text()
+    assert verdict["valid"] is True, json.dumps(verdict, indent=1)[:4000]
+    assert out.returncode == 0

@@ -87,6 +87,9 @@ class Broker:
         # The runtime's way to end the process (Kafka's Exit.halt); None: the core only stops.
         self.on_halt: Callable[[str], None] | None = None
         self.halted: str | None = None  # why the broker halted, once it has
+        # Metadata deltas held back until the broker has caught up with its registration (see
+        # _on_metadata); None once applied.
+        self._metadata_held: MetadataDelta | None = MetadataDelta()
         self.replicas = ReplicaManager(config, self.log_dir, clock, scheduler, outbound, self.controller_client, self._log_config_for_topic)
         self.replicas.on_txn_marker = self.on_txn_marker  # markers followers replicate
         self.topics = ImageTopics(self.controller_client)
@@ -261,6 +264,19 @@ class Broker:
     # ---- metadata ----------------------------------------------------------------------
 
     def _on_metadata(self, image: MetadataImage, delta: MetadataDelta) -> None:
+        if self._metadata_held is not None:
+            # Partition states wait until the log is replayed up to our registration, as
+            # Kafka's broker publishes metadata only after its initial catch-up: a broker
+            # restarted before the controller noticed its crash would otherwise act on its
+            # old incarnation's leaderships (with a log recovery may have cut short, so its
+            # followers would truncate acknowledged records to match it). The registration
+            # fenced the old incarnation and moved those leaderships first.
+            self._metadata_held.merge(delta)
+            if not (self.controller_client.registered and self.controller_client.last_applied_offset >= self.controller_client.broker_epoch):
+                if self._topic_waiters:
+                    self._topic_waiters = [w for w in self._topic_waiters if not w()]
+                return
+            delta, self._metadata_held = self._metadata_held, None
         changes = self.replicas.apply_metadata(image, delta)
         for topic in delta.removed_topics:
             self.groups.forget_topic(topic.name)
@@ -294,7 +310,8 @@ class Broker:
             if refused is not ErrorCode.none:
                 self.group_error_response(request, refused, reply)
                 return
-        handler(request, client, reply)
+        with self.replicas.wakeups:  # parked fetches this request wakes are answered after it
+            handler(request, client, reply)
 
     def respond(self, request: Request, body: Any) -> Response:
         return Response([encode_response(request.api_key, request.api_version, request.correlation_id, body)])

@@ -159,3 +159,26 @@ def test_slow_fsync_stalls_the_broker_on_simulated_time_and_loses_nothing() -> N
     wait_isr(sim, leader, {0, 1, 2})
     assert sim.is_running(follower) and sim.halts(follower) == []  # slow is not failed
     assert_acked_kept(values(sim, leader), acked)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_a_leader_restarted_at_once_after_power_loss_never_leads_its_old_epoch_again(seed: int) -> None:
+    """Power loss of the leader and a restart before the controller noticed (within the
+    session timeout): replaying the metadata log, the restarted broker finds itself the
+    leader of its old epoch, with a log cut short by recovery. Were it to act on that, its
+    followers would truncate to its shorter log and acknowledged writes would be gone. As
+    Kafka's broker does, it applies partition states only once it has caught up with the log
+    up to its new registration, which fenced the old incarnation and moved its leaderships."""
+    sim = started(seed=seed)
+    acked = [f"e{i}".encode() for i in range(30)]
+    for value in acked:
+        produce_acked(sim, [value])
+    leader = wait_leader(sim, 0)
+    sim.crash_torn(leader, corrupt=True)
+    sim.start_broker(leader)
+    for i in range(30, 40):
+        value = f"e{i}".encode()
+        produce_acked(sim, [value])
+        acked.append(value)
+    wait_isr(sim, next(b for b in sim.broker_ids if b != leader), {0, 1, 2})
+    assert_acked_kept(values(sim, 0), acked)

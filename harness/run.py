@@ -304,9 +304,10 @@ def execute(run: Run) -> RunOutcome:
 
 
 # The network heals first: a restarted broker becomes ready only once it has registered with
-# the controller, which it cannot do while a partition still cuts it off. Paused processes
-# resume, clocks reset, and only then are killed brokers started again.
-HEAL_FIRST = ("partition", "clock", "pause")
+# the controller, which it cannot do while a partition still cuts it off (or while seconds of
+# latency, a zero bandwidth or a black hole sit on its link to the controller). Paused
+# processes resume, clocks reset, and only then are killed brokers started again.
+HEAL_FIRST = ("partition", "latency", "bandwidth", "flaky", "clock", "pause")
 
 
 def heal_rank(package: Any) -> int:

@@ -254,6 +254,8 @@ EXACTLY_ONCE = "exactly-once"
 # Fault kinds (nemeses/: `start-<kind>` ops) that can move a partition's leadership: a
 # crashed, stalled, cut-off or clock-skewed leader is replaced. Unknown kinds excuse nothing.
 LEADERSHIP_FAULTS = frozenset({"kill", "pause", "partition", "clock", "brokers-down", "lone-leader-crash"})
+# A disk fault halts a broker (failed log directory) or powers it off with torn writes.
+LEADERSHIP_FAULTS |= {"disk"}
 # Fault kinds that SIGKILL a broker (the scripted sequences kill leaders).
 KILL_FAULTS = frozenset({"kill", "brokers-down", "lone-leader-crash"})
 # Unsafe switches that reproduce a Kafka bug, with the value that turns the bug on: named in
@@ -303,6 +305,11 @@ def loss_allowance(inputs: ClaimInputs) -> str | None:
         return (f"log.crash.lose.unflushed=true, kills ({', '.join(kills)}), "
                 f"min.insync.replicas={inputs.min_insync_replicas}, replication factor {inputs.replication_factor}: "
                 "design.html §4.7 and KIP-966, a lone in-sync copy that crashes loses its unflushed tail")
+    if "disk" in inputs.faults and (inputs.min_insync_replicas <= 1 or inputs.replication_factor <= 1):
+        # The disk nemesis's torn-crash is a power loss whatever log.crash.lose.unflushed says.
+        return (f"disk faults (torn-crash is a power loss), min.insync.replicas={inputs.min_insync_replicas}, "
+                f"replication factor {inputs.replication_factor}: design.html §4.7 and KIP-966, a lone in-sync copy "
+                "that loses power loses its unflushed tail")
     return None
 
 

@@ -24,8 +24,10 @@ real time and only its wall-clock logic sees the skew, like Jepsen's settimeofda
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import os
+import signal
 import threading
 import uuid
 import time
@@ -40,11 +42,14 @@ from typing import Protocol
 
 from cluster.protocol.client import ProtocolClientError, WireClient
 from cluster.protocol.versions import ApiKey
+from cluster.runtime import disk_faults
 from cluster.proxy_routing import ProxyRouting
 
 SHM_DIR = "/dev/shm"
 METADATA_VERSION = 12
 SIGNAL_SETTLE_TIMEOUT_S = 5.0
+# A broker blocked in slow fsyncs (one per changed high watermark) reads the command late.
+DISK_COMMAND_TIMEOUT_S = 30.0
 
 
 class ControlError(RuntimeError):
@@ -299,6 +304,71 @@ class ClusterControl:
                                    f"within {SIGNAL_SETTLE_TIMEOUT_S} s of the signal")
             time.sleep(0.001)
 
+    # disks (cluster/runtime/disk_faults.py: a command file beside the data dir + SIGUSR1)
+    def set_disk_faults(self, broker_id: int, *, fsync_errno: str | int | None = None, write_errno: str | int | None = None,
+                        fsync_delay_ms: int = 0) -> dict:
+        """Make the running broker's disk fail fsyncs (EIO), refuse space (ENOSPC) or stall
+        each fsync; returns the broker's answer (faults in force, counts) once they are."""
+        return self._disk_command(broker_id, {"action": "set", "fsync_errno": fsync_errno, "write_errno": write_errno,
+                                              "fsync_delay_ms": fsync_delay_ms})
+
+    def clear_disk_faults(self, broker_id: int) -> dict | None:
+        """Heal the broker's disk; returns its answer with the fault counts, None when the
+        broker is not running (a new process starts on a healthy disk)."""
+        if not self.is_alive(broker_id):
+            return None
+        return self._disk_command(broker_id, {"action": "clear"})
+
+    def crash_torn(self, broker_id: int, *, seed: int, corrupt: bool = True) -> dict:
+        """Power loss of the broker's machine: it tears (and with `corrupt` corrupts) its
+        unflushed tails, answers with what it did, and SIGKILLs itself; returns the answer
+        once the process is gone. Restart it with start()."""
+        pid = self.pid(broker_id)
+        answer = self._disk_command(broker_id, {"action": "crash", "seed": seed, "corrupt": corrupt}, expect_exit=True)
+        self.cluster.kill(broker_id)  # reaps the process (already dead)
+        if pid is not None:
+            remove_faketime_shm([pid])
+        return answer
+
+    def disk_halt(self, broker_id: int) -> dict | None:
+        """Why the broker halted on a failed log directory ({"reason", "counts"}), or None if
+        it has not (while it runs, or after a restart, which starts on a healthy disk)."""
+        path = disk_faults.halted_path(self.data_dir(broker_id))
+        if self.is_alive(broker_id) or not os.path.exists(path):
+            return None
+        try:
+            with open(path) as f:
+                return json.load(f)
+        except (OSError, ValueError) as error:
+            return {"reason": f"unreadable {path}: {error}"}
+
+    def _disk_command(self, broker_id: int, command: dict, *, expect_exit: bool = False) -> dict:
+        data_dir = self.data_dir(broker_id)
+        pid = self.pid(broker_id)
+        if pid is None or not self.is_alive(broker_id):
+            raise ControlError(f"broker {broker_id} is not running: no disk to fault")
+        command = {"id": uuid.uuid4().hex, **command}
+        done = disk_faults.done_path(data_dir)
+        disk_faults.write_json_atomically(disk_faults.command_path(data_dir), command)
+        os.kill(pid, signal.SIGUSR1)
+        deadline = time.monotonic() + DISK_COMMAND_TIMEOUT_S
+        while True:
+            answer = _read_json(done)
+            if answer is not None and answer.get("id") == command["id"]:
+                if "error" in answer:
+                    raise ControlError(f"broker {broker_id} refused the disk-fault command {command}: {answer['error']}")
+                if expect_exit:
+                    while self.is_alive(broker_id) and time.monotonic() < deadline:
+                        time.sleep(0.005)
+                return answer
+            if not self.is_alive(broker_id):
+                raise ControlError(f"broker {broker_id} exited before answering the disk-fault command {command}")
+            if time.monotonic() > deadline:
+                state = "it is paused (SIGSTOP)" if self.is_paused(broker_id) else "no answer"
+                raise ControlError(f"broker {broker_id} did not answer the disk-fault command {command} "
+                                   f"within {DISK_COMMAND_TIMEOUT_S} s: {state}")
+            time.sleep(0.005)
+
     # clocks
     def _require_clocks(self) -> BrokerClocks:
         if self.clocks is None:
@@ -390,6 +460,15 @@ class ClusterControl:
 def _metadata_request_topic_schema() -> type:
     request = kio.index.load_request_schema(ApiKey.METADATA, METADATA_VERSION)
     return request.__dataclass_fields__["topics"].type.__args__[0].__args__[0]
+
+
+def _read_json(path: str) -> dict | None:
+    try:
+        with open(path) as f:
+            value = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _process_state(pid: int) -> str | None:

@@ -26,6 +26,7 @@ NEMESIS_NAMES: tuple[str, ...] = ("kill", "pause", "partition", "clock", "broker
 # with every link through a proxy when one of them is chosen.
 PROXY_NEMESES: tuple[str, ...] = ("latency", "bandwidth", "flaky")
 NEMESIS_NAMES += PROXY_NEMESES
+NEMESIS_NAMES += ("disk",)  # the brokers' disks (nemeses.disk)
 PROCESS_CONTROL_NEMESES: frozenset[str] = frozenset(NEMESIS_NAMES)
 # Message faults on chosen links (nemeses.link_faults): only simulated runs (--sim) have a
 # network that can delay, lose, copy or reorder chosen messages from a seed. A spec may name

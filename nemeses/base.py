@@ -49,10 +49,14 @@ COLORS: dict[str, str] = {
     "latency": "#f28e2b",
     "bandwidth": "#edc948",
     "flaky": "#ff9da7",
+    "disk": "#9c755f",
 }
 PACKAGE_NAMES: tuple[str, ...] = ("kill", "pause", "partition", "clock", "brokers-down", "lone-leader-crash")
 # Faults on the proxied links (nemeses.toxics): the cluster runs with every link through a proxy.
 PACKAGE_NAMES += ("latency", "bandwidth", "flaky")
+# Faults of the brokers' disks through their FaultyDisk (nemeses.disk).
+PACKAGE_NAMES += ("disk",)
+DISK_KINDS: tuple[str, ...] = ("fsync-eio", "disk-full", "slow-fsync", "torn-crash")
 
 
 class NemesisError(ValueError):
@@ -89,6 +93,8 @@ class NemesisOptions:
     bandwidth_kb_per_s: int = 16
     flaky_kinds: tuple[str, ...] = ("reset_peer", "timeout", "slicer")
     flaky_toxicity_percent: int = 50
+    # The disk faults the disk package draws from (nemeses.disk documents them).
+    disk_kinds: tuple[str, ...] = DISK_KINDS
 
     def __post_init__(self) -> None:
         for name in ("db_targets", "partition_targets", "clock_kinds"):
@@ -107,6 +113,8 @@ class NemesisOptions:
         from nemeses.toxics import check_link_options  # it imports this module
 
         check_link_options(self)
+        object.__setattr__(self, "disk_kinds", tuple(self.disk_kinds))
+        _check_choices("disk_kinds", self.disk_kinds, DISK_KINDS)
 
     @classmethod
     def from_object(cls, source: object) -> "NemesisOptions":
@@ -129,6 +137,7 @@ LIST_OPTIONS: tuple[str, ...] = ("db_targets", "partition_targets", "clock_kinds
 INT_OPTIONS: tuple[str, ...] = ("strobe_min_period_exponent",)
 LIST_OPTIONS += ("link_targets", "link_kinds", "flaky_kinds")
 INT_OPTIONS += ("latency_ms", "jitter_ms", "bandwidth_kb_per_s", "flaky_toxicity_percent")
+LIST_OPTIONS += ("disk_kinds",)
 SETTABLE_OPTIONS: tuple[str, ...] = LIST_OPTIONS + INT_OPTIONS
 
 
@@ -200,6 +209,9 @@ def build_packages(names: list[str], control: ClusterControl, options: object = 
         elif name == "flaky":
             from nemeses.flaky import FlakyPackage
             packages.append(FlakyPackage(control, opts))
+        elif name == "disk":
+            from nemeses.disk import DiskPackage
+            packages.append(DiskPackage(control, opts))
         elif name.startswith("link-"):
             # Message faults on the simulated network's links: a real cluster's control is
             # refused there, naming --sim.

@@ -266,6 +266,11 @@ class ReplicaManager:
             log.warning("%s: the log on disk belongs to topic id %s, not %s: deleting it", tp, on_disk, topic_id)
             self.disk.rmtree(directory)
         partition_log = PartitionLog.open(self.disk, directory, self.log_config_for(tp.topic), now_ms=self.clock.wall_ms())
+        recovery = partition_log.recovery
+        if recovery.truncated_bytes or recovery.reason:
+            # Kafka's "Found invalid messages in log segment ...": a torn or corrupt tail, cut.
+            log.warning("%s: recovery truncated %d bytes at the log end %d: %s", tp, recovery.truncated_bytes,
+                        partition_log.log_end_offset, recovery.reason)
         if on_disk != topic_id:
             self.disk.write_atomic(f"{directory}/{PARTITION_METADATA_FILE}", f"version: 0\ntopic_id: {topic_id}\n".encode())
         return partition_log

@@ -32,14 +32,17 @@ import logging
 import os
 import random
 import signal
+import uuid
 
 from cluster.broker.broker import Broker
 from cluster.broker.env import Endpoint
 from cluster.config import BrokerConfig, parse_assignments
 from cluster.runtime.adapters import AsyncioScheduler, SystemClock
 from cluster.runtime.connection import BrokerConnection
+from cluster.runtime.disk_faults import DiskFaultCommands, sleep_ms
 from cluster.runtime.outbound import AsyncioOutbound
 from cluster.storage.disk import OsDisk
+from cluster.storage.faulty_disk import FaultyDisk
 
 log = logging.getLogger("cluster.runtime.broker_main")
 EXIT_BAD_ARGUMENTS = 254
@@ -103,9 +106,20 @@ async def serve(config: BrokerConfig, seed: int, ready_file: str | None, listeni
     controller_endpoint = None
     if config.controller_endpoint() is None:
         controller, controller_server, controller_endpoint = await _combined_controller(config, loop, seed)
-    disk = OsDisk(lose_unflushed_on_crash=config.log_crash_lose_unflushed)
+    os_disk = OsDisk(lose_unflushed_on_crash=config.log_crash_lose_unflushed)
+    # Healthy until a disk-fault command (runtime/disk_faults.py) arrives with SIGUSR1.
+    disk = FaultyDisk(os_disk, stall=sleep_ms)
+    disk_faults = DiskFaultCommands(disk, config.data_dir)
     outbound = AsyncioOutbound(loop, config.host, f"broker-{config.broker_id}", config.inter_broker_address_overrides)
     broker = Broker(config, disk, SystemClock(), AsyncioScheduler(loop), random.Random(seed), outbound, controller_endpoint)
+    # A process start is a new incarnation even when --seed repeats (a restarted broker gets the
+    # same seed): with the seeded draw the controller took a restart within the session
+    # timeout for a retry of the old registration, never fenced the old incarnation, and the
+    # restarted broker led its old epochs again with whatever its log recovery had kept.
+    # Kafka draws Uuid.randomUuid() at every start.
+    broker.controller_client.incarnation_id = uuid.uuid4()
+    broker.on_halt = disk_faults.halt  # its only log directory failed: exit at once, as Kafka's Exit.halt
+    loop.add_signal_handler(signal.SIGUSR1, disk_faults.apply_pending)
     broker.start()
     await server.start_serving()
     port = config.port
@@ -138,7 +152,7 @@ async def serve(config: BrokerConfig, seed: int, ready_file: str | None, listeni
     if controller is not None:
         controller_server.close()  # type: ignore[attr-defined]
         controller.shutdown()  # type: ignore[attr-defined]
-    disk.close()
+    os_disk.close()
 
 
 def main(argv: list[str] | None = None) -> int:

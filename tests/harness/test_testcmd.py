@@ -121,7 +121,7 @@ def test_module_entry_point_reports_bad_input_in_a_subprocess(tmp_path):
     out = subprocess.run([sys.executable, "-m", "harness.testcmd", "--nemesis", "meteor"], capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == EXIT_BAD_ARGUMENTS
-    assert out.stderr.strip() == "logquake test: unknown nemesis 'meteor'; known: kill, pause, partition, clock, brokers-down, lone-leader-crash, latency, bandwidth, flaky"
+    assert out.stderr.strip() == "logquake test: unknown nemesis 'meteor'; known: kill, pause, partition, clock, brokers-down, lone-leader-crash, latency, bandwidth, flaky, disk"
 
 
 def test_progress_line_counts_outcomes_and_tracks_active_faults():

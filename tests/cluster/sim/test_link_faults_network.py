@@ -293,3 +293,33 @@ def test_no_fault_set_draws_nothing_extra() -> None:
 
     assert arrivals(False) == arrivals(True)
 
+
+
+def test_a_lost_syn_is_retried_after_one_second_then_two() -> None:
+    scheduler, network, _ = setup()
+    network.set_link_fault(CLIENT, SERVER.host, LinkFault(loss=1.0))
+    connected_ns: list[int] = []
+    network.connect_stream(CLIENT, SERVER, on_frame=lambda _: None, on_lost=lambda _: None,
+                           on_connected=lambda _: connected_ns.append(scheduler.clock.monotonic_ns()), on_refused=lambda _: None)
+    scheduler.advance(2_500)  # tries at 0 and 1,000 ms lost; the next is at 3,000 ms
+    network.clear_link_faults()
+    scheduler.advance(499)
+    assert connected_ns == []
+    scheduler.advance(10)
+    assert len(connected_ns) == 1 and 3_000 <= connected_ns[0] / 1e6 <= 3_002
+
+
+def test_a_lost_refusal_is_not_resent() -> None:
+    scheduler, network, _ = setup()
+    network.crash(SERVER.host)
+    network.set_link_fault(SERVER.host, CLIENT, LinkFault(loss=1.0))
+    refused: list[str] = []
+    network.connect_stream(CLIENT, SERVER, on_frame=lambda _: None, on_lost=lambda _: None, on_connected=lambda _: None,
+                           on_refused=refused.append)
+    scheduler.advance(10_000)
+    assert refused == [] and network.fault_stats.rst_lost == 1  # the client's own connect timeout decides
+    network.clear_link_faults()
+    network.connect_stream(CLIENT, SERVER, on_frame=lambda _: None, on_lost=lambda _: None, on_connected=lambda _: None,
+                           on_refused=refused.append)
+    scheduler.advance(10)
+    assert len(refused) == 1

@@ -66,6 +66,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--sim", action="store_true",
                    help="run the whole test in this process on virtual time (simulated cluster, aiokafka clients); "
                         "phase lengths are simulated seconds, and a seed replays exactly")
+    p.add_argument("--fault-schedule", default=None, metavar="FILE",
+                   help="with --sim: perform this fault schedule (JSON ops, as `logquake hunt` writes) instead of the "
+                        "packages' seeded one; --nemesis must name every package it uses")
     p.set_defaults(handler=handle)
 
 
@@ -175,6 +178,7 @@ def build_spec(args: argparse.Namespace, seed: int) -> RunSpec:
         checked = RunSpec(**fields)  # validate before composing the command
         if getattr(args, "sim", False):
             _check_simulated(checked)
+        fault_schedule_ops(args, nemeses)
         return RunSpec(**fields, command=reproduce_command(args, seed, name))
     except SpecError as exc:
         raise BadArgument(_as_flag(str(exc))) from None
@@ -184,15 +188,37 @@ def _check_simulated(spec: RunSpec) -> None:
     """Refuse, naming it, what a simulated run cannot do (a workload without a simulated
     client, a client setting aiokafka cannot honour, a scripted fault)."""
     from harness.sim.workload import NotSimulated, check_simulated
-    from nemeses.sim_control import NOT_SIMULATED
+    from nemeses.sim_control import not_simulated
 
     try:
         check_simulated(spec)
     except NotSimulated as exc:
         raise BadArgument(f"--sim: {exc}") from None
     for nemesis in spec.nemeses:
-        if nemesis in NOT_SIMULATED:
-            raise BadArgument(f"--sim: --nemesis {nemesis} cannot run in a simulation: {NOT_SIMULATED[nemesis]}")
+        why = not_simulated(nemesis)
+        if why:
+            raise BadArgument(f"--sim: --nemesis {nemesis} cannot run in a simulation: {why}")
+
+
+def fault_schedule_ops(args: argparse.Namespace, nemeses: list[str]) -> list[Any] | None:
+    """--fault-schedule's ops (harness.hunt_schedule), or None; BadArgument when the file is
+    bad, the run is not simulated, or a package it names is not in --nemesis."""
+    path = getattr(args, "fault_schedule", None)
+    if path is None:
+        return None
+    if not getattr(args, "sim", False):
+        raise BadArgument("--fault-schedule needs --sim: a schedule given as data lands at exact times only on the "
+                          "simulation's virtual clock")
+    from harness.hunt_schedule import ScheduleError, packages_needed, read_schedule
+
+    try:
+        ops, _ = read_schedule(path)
+    except ScheduleError as exc:
+        raise BadArgument(str(exc)) from None
+    missing = [name for name in packages_needed(ops) if name not in nemeses]
+    if missing:
+        raise BadArgument(f"--fault-schedule {path} uses {', '.join(missing)}: add it to --nemesis")
+    return ops
 
 
 def _check_nemesis_options(options: dict[str, str]) -> None:
@@ -250,6 +276,8 @@ def test_argv(args: argparse.Namespace, seed: int, name: str | None, test_count:
         parts += ["--name", name]
     if getattr(args, "sim", False):
         parts += ["--sim"]
+    if getattr(args, "fault_schedule", None) is not None:
+        parts += ["--fault-schedule", os.path.abspath(args.fault_schedule)]
     if args.results_dir != "results":
         parts += ["--results-dir", args.results_dir]
     return parts
@@ -304,7 +332,7 @@ def handle(args: argparse.Namespace) -> int:
         print(f"{PROG}: seed {spec.seed}; reproduce with: {spec.command}", flush=True)
         code, valid = run_one(spec, args.results_dir,
                               on_record=None if args.junit_xml is None else _junit_writer(args.junit_xml, records),
-                              sim=args.sim)
+                              sim=args.sim, fault_schedule=getattr(args, "fault_schedule", None))
         if code in (EXIT_HARNESS_ERROR, 130):
             return code
         verdicts.append(valid)
@@ -338,10 +366,12 @@ def _junit_writer(path: str, records: list[Any]) -> Any:
     return record
 
 
-def run_one(spec: RunSpec, results_dir: str, on_record: Any = None, sim: bool = False) -> tuple[int, Any]:
+def run_one(spec: RunSpec, results_dir: str, on_record: Any = None, sim: bool = False,
+            fault_schedule: str | None = None) -> tuple[int, Any]:
     """Run `spec`; returns (exit code, verdict). `on_record`, if given, receives the run's
     harness.junit.RunRecord however it ended (checked, harness error, interrupted). With
-    `sim`, the run is simulated (harness.sim)."""
+    `sim`, the run is simulated (harness.sim), performing `fault_schedule` (a file,
+    harness.hunt_schedule) when given, copied into the run directory."""
     from harness.progress import Progress
     from harness.run import HarnessError, execute, open_run
 
@@ -383,7 +413,13 @@ def run_one(spec: RunSpec, results_dir: str, on_record: Any = None, sim: bool = 
         if sim:
             from harness.sim.run import execute_sim
 
-            outcome = execute_sim(run)
+            fault_ops = None
+            if fault_schedule is not None:
+                from harness.hunt_schedule import SCHEDULE_FILE, read_schedule
+
+                fault_ops, text = read_schedule(fault_schedule)
+                (run.run_dir / SCHEDULE_FILE).write_text(text, encoding="utf-8")
+            outcome = execute_sim(run, fault_ops)
         else:
             outcome = execute(run)
     except KeyboardInterrupt:

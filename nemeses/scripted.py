@@ -20,11 +20,13 @@ or resumes everything the sequence took down.
 
 from __future__ import annotations
 
+import asyncio
 import random
 from abc import ABC, abstractmethod
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from cluster.control import ClusterControl, ControlError, PartitionStatus
@@ -41,6 +43,77 @@ STALL_S = 1.0
 # How long brokers-down waits, after restarting the first follower, for the controller to
 # elect it (unclean election) before the stop op may restart the others.
 OUTCOME_WAIT_S = 15.0
+
+
+@dataclass(frozen=True)
+class Sleep:
+    """A script step: let `seconds` pass."""
+
+    seconds: float
+
+
+@dataclass(frozen=True)
+class WaitFor:
+    """A script step: ask `check` every `poll_s` until it answers something other than None
+    or False, for at most `timeout_s`; the script gets that answer (None on timeout)."""
+
+    check: Callable[[], Any]
+    timeout_s: float
+    poll_s: float = 0.1
+
+
+# A script yields its waits and returns what it did (for the completion). The same script
+# runs on real time (`run_script`, here) or on a simulation's virtual time
+# (`run_script_async`, on its event loop), so a simulated run performs the very sequence a
+# real one does.
+Script = Generator["Sleep | WaitFor", Any, dict]
+
+
+def run_script(script: Script) -> dict:
+    """Drive `script` on real time (time.sleep between polls)."""
+    answer: Any = None
+    while True:
+        try:
+            step = script.send(answer)
+        except StopIteration as done:
+            return done.value
+        answer = None
+        if isinstance(step, Sleep):
+            time.sleep(step.seconds)
+            continue
+        deadline = time.monotonic() + step.timeout_s
+        while True:
+            result = step.check()
+            if result is not None and result is not False:
+                answer = result
+                break
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(step.poll_s)
+
+
+async def run_script_async(script: Script) -> dict:
+    """Drive `script` on the running event loop's time (asyncio.sleep between polls)."""
+    loop = asyncio.get_running_loop()
+    answer: Any = None
+    while True:
+        try:
+            step = script.send(answer)
+        except StopIteration as done:
+            return done.value
+        answer = None
+        if isinstance(step, Sleep):
+            await asyncio.sleep(step.seconds)
+            continue
+        deadline = loop.time() + step.timeout_s
+        while True:
+            result = step.check()
+            if result is not None and result is not False:
+                answer = result
+                break
+            if loop.time() >= deadline:
+                break
+            await asyncio.sleep(step.poll_s)
 
 
 class _ScriptedPackage(ABC):
@@ -70,10 +143,20 @@ class _ScriptedPackage(ABC):
                 target = self._target()
                 if isinstance(target, dict):
                     return target
-                return self.run(target)
+                return run_script(self.script(target))
         if f == f"stop-{self.name}":
             return self.stop()
         raise ValueError(f"the {self.name} nemesis has no op {f!r}")
+
+    async def invoke_async(self, f: str, value: Any) -> object:
+        """`invoke` on the running event loop's time (a simulated run): the same script,
+        waiting with asyncio.sleep. One event loop thread: no lock to hold across waits."""
+        if f == f"start-{self.name}":
+            target = self._target()
+            if isinstance(target, dict):
+                return target
+            return await run_script_async(self.script(target))
+        return self.invoke(f, value)
 
     def _target(self) -> PartitionStatus | dict:
         try:
@@ -93,22 +176,21 @@ class _ScriptedPackage(ABC):
             return None
         return None if state is None else state.isr
 
-    def _wait_isr(self, target: PartitionStatus, done: Any) -> bool:
-        deadline = time.monotonic() + ISR_WAIT_S
-        while time.monotonic() < deadline:
+    def _wait_isr(self, target: PartitionStatus, done: Any) -> WaitFor:
+        def check() -> bool:
             isr = self._isr(target)
-            if isr is not None and done(isr):
-                return True
-            time.sleep(0.1)
-        return False
+            return isr is not None and bool(done(isr))
+
+        return WaitFor(check, ISR_WAIT_S)
 
     def _kill(self, node: int) -> None:
         self.control.kill(node)
         self.killed.add(node)
 
     @abstractmethod
-    def run(self, target: PartitionStatus) -> dict:
-        """Perform the script on `target`; what happened, for the completion."""
+    def script(self, target: PartitionStatus) -> Script:
+        """The script on `target`: yields its waits, returns what happened (for the
+        completion)."""
 
     def stop(self) -> dict:
         with self._lock:
@@ -132,38 +214,37 @@ class BrokersDownPackage(_ScriptedPackage):
     name = "brokers-down"
     color = COLORS["brokers-down"]
 
-    def run(self, target: PartitionStatus) -> dict:
+    def script(self, target: PartitionStatus) -> Script:
         leader = target.leader
         first, second = [b for b in target.replicas if b != leader][:2]
         steps: list[str] = []
         out: dict = {"partition": f"{target.tp.topic}-{target.tp.partition}", "leader": leader, "followers": [first, second], "steps": steps}
         self._kill(first)
-        left = self._wait_isr(target, lambda isr: first not in isr)
+        left = yield self._wait_isr(target, lambda isr: first not in isr)
         steps.append(f"killed follower {first}" + ("" if left else " (still in the ISR after the wait)"))
-        time.sleep(SETTLE_S)
+        yield Sleep(SETTLE_S)
         self._kill(second)
-        alone = self._wait_isr(target, lambda isr: tuple(isr) == (leader,))
+        alone = yield self._wait_isr(target, lambda isr: tuple(isr) == (leader,))
         steps.append(f"killed follower {second}" + ("; ISR is the leader alone" if alone else " (the ISR did not shrink to the leader)"))
-        time.sleep(SETTLE_S)
+        yield Sleep(SETTLE_S)
         self._kill(leader)
         steps.append(f"killed leader {leader}")
         self.control.start(first)
         self.killed.discard(first)
         steps.append(f"restarted follower {first}")
+
         # Give the controller time to fence the dead leader and decide: with unclean election
         # the restarted follower takes over; without, the partition stays offline. The stop op
         # (which brings the others back) must not pre-empt that decision.
-        deadline = time.monotonic() + OUTCOME_WAIT_S
-        new_leader = -1
-        while time.monotonic() < deadline:
+        def elected() -> int | None:
             try:
                 state = self.control.partition_states([target.tp.topic]).get(target.tp)
             except ControlError:
-                state = None
-            if state is not None and state.leader not in (-1, leader):
-                new_leader = state.leader
-                break
-            time.sleep(0.1)
+                return None
+            return state.leader if state is not None and state.leader not in (-1, leader) else None
+
+        found = yield WaitFor(elected, OUTCOME_WAIT_S)
+        new_leader = -1 if found is None else int(found)
         steps.append(f"broker {new_leader} elected" if new_leader >= 0 else f"no leader after {OUTCOME_WAIT_S:.0f} s")
         out["new_leader"] = new_leader
         return out
@@ -173,13 +254,13 @@ class LoneLeaderCrashPackage(_ScriptedPackage):
     name = "lone-leader-crash"
     color = COLORS["lone-leader-crash"]
 
-    def run(self, target: PartitionStatus) -> dict:
+    def script(self, target: PartitionStatus) -> Script:
         leader = target.leader
         followers = [b for b in target.replicas if b != leader]
         for node in followers:
             self.control.pause(node)
             self.paused.add(node)
-        time.sleep(STALL_S)
+        yield Sleep(STALL_S)
         self._kill(leader)
         for node in followers:
             self.control.resume(node)

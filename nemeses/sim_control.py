@@ -1,7 +1,8 @@
 """The nemeses' door into a simulated cluster: `SimControl` gives a `SimCluster` the
 `cluster.control.ClusterControl` interface the fault packages use, and `SimPartitioner` the
 `NftPartitioner` interface, so kill, pause, partition (every topology) and clock bumps run
-through the real packages unchanged (`build_sim_packages`).
+through the real packages unchanged (`build_sim_packages`); the scripted sequences
+(brokers-down, lone-leader-crash) run their own script on the simulation's loop.
 
 What the simulation does for each:
 - kill: SIGKILL of the broker's core (timers stop, connections reset). It loses unflushed
@@ -34,12 +35,18 @@ from cluster.sim.cluster import CONTROLLER_HOST, SimCluster, broker_host
 from nemeses.base import NemesisError, NemesisOptions, build_packages
 from nemeses.clock import ClockPackage
 
-# The scripted packages wait on real time between their steps (time.sleep) and poll the
-# cluster: on the simulation's single timeline they would stop it. Not simulated yet.
-NOT_SIMULATED: dict[str, str] = {
-    "brokers-down": "its script waits between steps on real time; it is not simulated yet",
-    "lone-leader-crash": "its script waits between steps on real time; it is not simulated yet",
-}
+# The packages a simulated run performs. The scripted ones (brokers-down,
+# lone-leader-crash) run their script on the simulation's loop (`invoke_async`).
+SIMULATED: tuple[str, ...] = ("kill", "pause", "partition", "clock", "brokers-down", "lone-leader-crash")
+
+
+def not_simulated(name: str) -> str | None:
+    """Why package `name` cannot run in a simulation (None: it can)."""
+    if name in SIMULATED:
+        return None
+    if name in ("latency", "bandwidth", "flaky"):
+        return "it drives TCP proxies on real sockets; the simulated network has link faults of its own"
+    return f"it has no simulated form; simulated: {', '.join(SIMULATED)}"
 
 
 class SimControl:
@@ -210,11 +217,11 @@ class SimClockPackage(ClockPackage):
 
 def build_sim_packages(names: list[str], control: SimControl, options: object = None) -> list[Any]:
     """The fault packages for a simulated run: the real ones over SimControl, partition with
-    the SimPartitioner, clock with its strobe on the timeline. Scripted packages are refused
-    with the reason."""
-    refused = [n for n in names if n in NOT_SIMULATED]
+    the SimPartitioner, clock with its strobe on the timeline. Packages with no simulated
+    form (the proxy faults) are refused with the reason."""
+    refused = [(n, not_simulated(n)) for n in names if not_simulated(n)]
     if refused:
-        raise NemesisError("; ".join(f"--nemesis {n} cannot run in a simulation: {NOT_SIMULATED[n]}" for n in refused))
+        raise NemesisError("; ".join(f"--nemesis {n} cannot run in a simulation: {why}" for n, why in refused))
     opts = NemesisOptions.from_object(options)
     packages: list[Any] = []
     for name in names:

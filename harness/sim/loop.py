@@ -23,6 +23,7 @@ its seed. The nemesis thread's ops run inline (the simulated faults are instanta
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import traceback
 from collections import deque
@@ -53,8 +54,8 @@ class _Outstanding:
 
 class SimInterpreter:
     """`open_client(process)` makes a client whose `invoke` and `close` are coroutines;
-    `nemesis.invoke(invocation)` returns a Completion (synchronously); `clock_ns()` is the
-    simulation's monotonic clock."""
+    `nemesis.invoke(invocation)` returns a Completion, or an awaitable of one (a fault
+    that takes time); `clock_ns()` is the simulation's monotonic clock."""
 
     def __init__(self, *, concurrency: int, open_client: Callable[[int | str], Any], history: HistoryWriter,
                  clock_ns: Callable[[], int], start_ns: int, nemesis: Any = None, log: logging.Logger | None = None,
@@ -186,6 +187,8 @@ class SimInterpreter:
         elif thread == NEMESIS_THREAD:
             try:
                 completion = self._nemesis.invoke(op)
+                if inspect.isawaitable(completion):  # a scripted fault runs on the loop's time
+                    completion = await completion
             except Exception as exc:  # as a real worker does: the fault's outcome is unknown
                 self.log.warning("nemesis %s raised %s\n%s", op.f, exc, traceback.format_exc())
                 completion = Completion("info", None, error=["exception", f"{type(exc).__name__}: {exc}"])

@@ -28,10 +28,11 @@ from typing import Any
 
 from harness import store
 from harness.generator import Generator, Invocation, Seq, Sleep, TimeLimit, clients, nemesis as on_nemesis
-from harness.run import (HarnessError, NemesisRouter, Run, RunOutcome, check, combine, fault_schedule, heal,
-                         main_generator, report)
+from harness.generator.core import Completion
+from harness.run import HarnessError, Run, RunOutcome, check, combine, fault_schedule, heal, main_generator, report
 from harness.sim.loop import SimInterpreter
 from harness.sim.workload import NotSimulated, check_simulated
+from nemeses.combined import QUIET
 
 SIMULATION_FILE = "simulation.json"
 # Simulated seconds allowed beyond the phases' own limits (set-up, op timeouts, closes).
@@ -165,6 +166,26 @@ def record_simulation(run: Run, info: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
+class SimNemesisRouter:
+    """harness.run.NemesisRouter for a simulated run: a package that can act on the
+    simulation's time (`invoke_async`, the scripted faults) does so; the rest act at once."""
+
+    def __init__(self, combined: Any):
+        self.combined = combined
+
+    def invoke(self, invocation: Invocation) -> Any:
+        package = None if invocation.f == QUIET else self.combined.package_for(invocation.f)
+        if package is not None and hasattr(package, "invoke_async"):
+            return self._invoke_async(package, invocation)
+        return Completion("info", self.combined.invoke(invocation.f, invocation.value))
+
+    async def _invoke_async(self, package: Any, invocation: Invocation) -> Completion:
+        return Completion("info", await package.invoke_async(invocation.f, invocation.value))
+
+    def close(self) -> None:
+        pass
+
+
 class _Phases:
     def __init__(self, run: Run, sim: Any, runtime: Any, bootstrap: str, fault_ops: Sequence[FaultOp] | None):
         self.run_ = run
@@ -208,7 +229,7 @@ class _Phases:
                             raise HarnessError(f"fault schedule: {exc}") from None
             interp = SimInterpreter(concurrency=spec.concurrency, open_client=workload.open_client, history=run.history,
                                     clock_ns=sim.clock.monotonic_ns, start_ns=0,
-                                    nemesis=NemesisRouter(combined) if combined else None, log=run.log,
+                                    nemesis=SimNemesisRouter(combined) if combined else None, log=run.log,
                                     on_op=run.progress.observe if run.progress else None)
             run.interpreter = interp  # type: ignore[assignment]  # heal() and request_stop() use it
             if run.stop_requested.is_set():

@@ -101,10 +101,10 @@ def test_clock_bumps_and_strobes_move_the_brokers_wall_clocks_only() -> None:
     assert control.clock_offset(2) == 0.0
 
 
-def test_scripted_faults_are_refused_with_the_reason() -> None:
+def test_faults_without_a_simulated_form_are_refused_with_the_reason() -> None:
     _, control, _ = _ready()
-    with pytest.raises(NemesisError, match="lone-leader-crash cannot run in a simulation"):
-        build_sim_packages(["kill", "lone-leader-crash"], control)
+    with pytest.raises(NemesisError, match="flaky cannot run in a simulation: it drives TCP proxies"):
+        build_sim_packages(["kill", "flaky"], control)
 
 
 def test_a_fault_schedule_given_as_data_lands_at_its_simulated_times(tmp_path: Path) -> None:

@@ -310,7 +310,8 @@ class Broker:
             if refused is not ErrorCode.none:
                 self.group_error_response(request, refused, reply)
                 return
-        handler(request, client, reply)
+        with self.replicas.wakeups:  # parked fetches this request wakes are answered after it
+            handler(request, client, reply)
 
     def respond(self, request: Request, body: Any) -> Response:
         return Response([encode_response(request.api_key, request.api_version, request.correlation_id, body)])

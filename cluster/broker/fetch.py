@@ -85,13 +85,19 @@ class _Context:
         return [entry for key, entry in session.entries.items() if key in keys]
 
 
+def _key_topic(topic: uuid.UUID | str) -> int | str:
+    """The topic in a session key: a topic id's integer hashes without a Python call."""
+    return topic.int if isinstance(topic, uuid.UUID) else topic
+
+
 def _entries_of(body: Any, by_id: bool) -> list[SessionPartition]:
     out = []
     for topic in body.topics:
         # kio reads the all-zero topic id as None; it is answered like any unknown id.
         name = (topic.topic_id or _ZERO_UUID) if by_id else topic.topic
+        key_topic = _key_topic(name)
         for p in topic.partitions:
-            out.append(SessionPartition((name, p.partition), name, p.partition, p.fetch_offset, int(getattr(p, "log_start_offset", -1)),
+            out.append(SessionPartition((key_topic, p.partition), name, p.partition, p.fetch_offset, int(getattr(p, "log_start_offset", -1)),
                                         p.partition_max_bytes, int(getattr(p, "current_leader_epoch", -1)),
                                         int(getattr(p, "last_fetched_epoch", -1))))
     return out
@@ -129,9 +135,9 @@ def _new_context(broker: Broker, request: Request, now_ms: int) -> _Context:
         return ctx
     assert session is not None
     for topic in body.forgotten_topics_data:
-        name = (topic.topic_id or _ZERO_UUID) if by_id else topic.topic
+        key_topic = _key_topic((topic.topic_id or _ZERO_UUID) if by_id else topic.topic)
         for index in topic.partitions:
-            session.forget((name, int(index)))
+            session.forget((key_topic, int(index)))
     for entry in ctx.entries:
         cached = session.entries.get(entry.key)
         if cached is None:
@@ -205,8 +211,9 @@ def _read(broker: Broker, ctx: _Context, entries: list[SessionPartition], *, upd
                 continue
             if update_followers:
                 partition.on_follower_fetch(replica_id, entry.fetch_offset, ctx.replica_epoch, now_ms, entry.log_start_offset, stamp)
-                result.high_watermark = partition.high_watermark
-                result.last_stable_offset = partition.last_stable_offset
+                if partition.high_watermark != result.high_watermark:  # the LSO moves only with it here
+                    result.high_watermark = partition.high_watermark
+                    result.last_stable_offset = partition.last_stable_offset
         try:
             if replica_id >= 0:
                 batches = partition.read_for_replica(entry.fetch_offset, max(limit, 0))
@@ -294,10 +301,25 @@ def handle_fetch(broker: Broker, request: Request, reply: Reply) -> None:
     _PendingFetch(broker, ctx, reply, read, max_wait_ms)
 
 
+def _ready_from_offsets(broker: Broker, ctx: _Context, entry: SessionPartition) -> bool:
+    """Whether a read of `entry` would now return records or an error."""
+    info = broker.topics.by_id(entry.topic) if ctx.by_id else broker.topics.by_name(entry.topic)
+    partition = broker.partition(info.name, entry.partition_index) if info is not None else None
+    if partition is None:
+        return True
+    if ctx.replica_id != DEBUG_REPLICA_ID and partition.leader_error(entry.current_leader_epoch) is not None:
+        return True
+    end = partition.log_end_offset if ctx.replica_id >= 0 else partition.consumer_read_end(ctx.read_committed)
+    if entry.fetch_offset < partition.log_start_offset or entry.fetch_offset > partition.log_end_offset:
+        return True  # out of range
+    return entry.fetch_offset < end
+
+
 class _PendingFetch:
     """A parked long-poll Fetch. A change to one of its partitions (an append, a moved HWM,
-    a role change) marks that partition; once per event-loop turn the marked partitions
-    alone are re-read, and the fetch completes when they bring `min_bytes` or an error."""
+    a role change) marks that partition; once the request that changed it is handled (see
+    wakeups.py) the marked partitions alone are re-read, and the fetch completes when they
+    bring `min_bytes` or an error."""
 
     def __init__(self, broker: Broker, ctx: _Context, reply: Reply, read: _FetchRead, max_wait_ms: float) -> None:
         self._broker = broker
@@ -305,7 +327,7 @@ class _PendingFetch:
         self._reply: Reply | None = reply
         self._sizes: dict[Hashable, int] = {entry.key: sum(len(b) for b in result.records) for entry, result, _ in read.results}
         self._changed: dict[Hashable, SessionPartition] = {}
-        self._check_timer: TimerHandle | None = None
+        self._check_deferred = False
         self._listening: list[tuple[Partition, Callable[[], None]]] = []
         session = ctx.session
         if session is not None:
@@ -333,15 +355,22 @@ class _PendingFetch:
         if self._reply is None:
             return
         self._changed[entry.key] = entry
-        if self._check_timer is None:
+        if not self._check_deferred:
             # Coalesced: a produce that appends to several partitions wakes us once.
-            self._check_timer = self._broker.scheduler.call_later(0, self._check)
+            self._check_deferred = True
+            self._broker.replicas.wakeups.defer(self._check)
 
     def _check(self) -> None:
-        self._check_timer = None
+        self._check_deferred = False
         if self._reply is None:
             return
         changed, self._changed = list(self._changed.values()), {}
+        if self._ctx.request.body.min_bytes <= 1:
+            # Any byte will do: offsets tell, without reading the log twice (as Kafka's
+            # DelayedFetch judges from offsets, not reads).
+            if any(_ready_from_offsets(self._broker, self._ctx, entry) for entry in changed):
+                self._complete()
+            return
         read = _read(self._broker, self._ctx, changed, update_followers=False)
         for entry, result, _ in read.results:
             self._sizes[entry.key] = sum(len(b) for b in result.records)
@@ -356,10 +385,9 @@ class _PendingFetch:
         if self._reply is None:
             return
         reply, self._reply = self._reply, None
-        for timer in (self._timer, self._check_timer):
-            if timer is not None:
-                timer.cancel()
-        self._timer = self._check_timer = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         for partition, listener in self._listening:
             partition.remove_append_listener(listener)
         self._listening = []

@@ -529,13 +529,15 @@ class Partition:
     def remove_append_listener(self, listener: Callable[[], None]) -> None:
         self._append_listeners.pop(listener, None)
 
+    def consumer_read_end(self, read_committed: bool = False) -> int:
+        """Where a consumer's reads stop: the HWM, or the LSO for read_committed."""
+        if read_committed:
+            return self.last_stable_offset
+        return self.log_end_offset if self.settings.read_past_high_watermark else self.high_watermark
+
     def read(self, fetch_offset: int, max_bytes: int, read_committed: bool = False) -> list[bytes | memoryview]:
         """What a consumer may read: below the HWM, or below the LSO for read_committed."""
-        if read_committed:
-            limit: int | None = self.last_stable_offset
-        else:
-            limit = None if self.settings.read_past_high_watermark else self.high_watermark
-        return self.log.read(fetch_offset, max_bytes, max_offset=limit)
+        return self.log.read(fetch_offset, max_bytes, max_offset=self.consumer_read_end(read_committed))
 
     def read_for_replica(self, fetch_offset: int, max_bytes: int) -> list[bytes | memoryview]:
         return self.log.read(fetch_offset, max_bytes)

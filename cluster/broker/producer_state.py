@@ -203,6 +203,8 @@ class ProducerStateTable:
 
     def last_stable_offset(self, high_watermark: int) -> int:
         """The first offset of the earliest undecided transaction, capped at the HWM."""
+        if not self._undecided:
+            return high_watermark  # the common case, asked at every fetch: no list to build
         # A marker below the HWM is committed: its transaction no longer holds the LSO back.
         self._undecided = [u for u in self._undecided if u.marker_offset < 0 or u.marker_offset >= high_watermark]
         return min([high_watermark, *(u.first_offset for u in self._undecided)])

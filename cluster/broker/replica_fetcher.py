@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import uuid
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +46,7 @@ class ReplicaFetcher:
         self._stopped = False
         self._endpoint: Endpoint | None = None
         self._session = FetchSessionHandler()
+        self._topic_ids: dict[int, uuid.UUID] = {}
 
     def poke(self) -> None:
         """Fetch now if nothing is in flight (new partitions, or truncation done)."""
@@ -77,21 +79,24 @@ class ReplicaFetcher:
         for p in partitions:
             assert p.state is not None
             last_epoch = -1 if config.replica_truncate_to_high_watermark else p.log.epochs.latest_epoch
-            wanted[(p.state.topic_id, p.tp.partition)] = PartitionFetchState(p.log_end_offset, p.log_start_offset, config.replica_fetch_max_bytes,
-                                                                            p.leader_epoch, last_epoch)
+            topic_id = p.state.topic_id
+            self._topic_ids[topic_id.int] = topic_id  # keys hold the id's integer: it hashes without a Python call
+            wanted[(topic_id.int, p.tp.partition)] = PartitionFetchState(p.log_end_offset, p.log_start_offset, config.replica_fetch_max_bytes,
+                                                                        p.leader_epoch, last_epoch)
             sent[p.tp] = p.leader_epoch
         # KIP-227: a full fetch opens a session; later ones name only the partitions whose
         # fetch position changed, and the leader answers only those with news.
         plan = self._session.build(wanted)
         by_topic: dict[Any, list[Any]] = {}
-        for topic_id, index in plan.send:  # type: ignore[misc]
-            state = wanted[(topic_id, index)]
-            by_topic.setdefault(topic_id, []).append(build(
+        for key in plan.send:
+            topic_int, index = key  # type: ignore[misc]
+            state = wanted[key]
+            by_topic.setdefault(self._topic_ids[topic_int], []).append(build(
                 _req("FetchPartition"), partition=index, current_leader_epoch=state.current_leader_epoch, fetch_offset=state.fetch_offset,
                 last_fetched_epoch=state.last_fetched_epoch, log_start_offset=state.log_start_offset, partition_max_bytes=state.max_bytes))
         forgotten: dict[Any, list[int]] = {}
-        for topic_id, index in plan.forget:  # type: ignore[misc]
-            forgotten.setdefault(topic_id, []).append(index)
+        for topic_int, index in plan.forget:  # type: ignore[misc]
+            forgotten.setdefault(self._topic_ids[topic_int], []).append(index)
         body = build(request_class(ApiKey.FETCH, FETCH_VERSION), cluster_id=None,
                      replica_state=_req("ReplicaState")(replica_id=config.broker_id, replica_epoch=manager.controller.broker_epoch),
                      max_wait=datetime.timedelta(milliseconds=config.replica_fetch_wait_max_ms), min_bytes=config.replica_fetch_min_bytes,
@@ -124,8 +129,15 @@ class ReplicaFetcher:
                 log.debug("fetch from leader %d failed: %s", self.leader_id, error.name)
                 self._backoff()
             return
+        with self.manager.wakeups:  # consumers' parked fetches are re-checked once, after all of it
+            go_on = self._apply(result.body.responses, sent)
+        if go_on and self._fetchable():
+            self._fetch()
+
+    def _apply(self, responses: Any, sent: dict[TopicPartition, int]) -> bool:
+        """Handle each partition's answer; False if our log directory failed meanwhile."""
         now_ms = self.manager.clock.wall_ms()
-        for topic in result.body.responses:
+        for topic in responses:
             image_topic = self.manager.controller.image.topics_by_id.get(topic.topic_id)
             if image_topic is None:
                 continue
@@ -142,9 +154,8 @@ class ReplicaFetcher:
                     if not is_disk_failure(error):
                         raise
                     log.error("%s: cannot store what leader %d sent: %s", tp, self.leader_id, error)
-                    return  # the log directory failed: the broker takes it offline (log_dir.py)
-        if self._fetchable():
-            self._fetch()
+                    return False  # the log directory failed: the broker takes it offline (log_dir.py)
+        return True
 
     def _handle_partition(self, p: Partition, answer: Any, now_ms: int) -> None:
         error = answer.error_code

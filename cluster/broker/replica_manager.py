@@ -17,6 +17,7 @@ from cluster.broker.env import Clock, Outbound, Scheduler, TimerHandle
 from cluster.broker.log_dir import is_disk_failure
 from cluster.broker.partition import FOLLOWER, LEADER, Partition, ReplicationSettings, TopicPartition
 from cluster.broker.replica_fetcher import ReplicaFetcher
+from cluster.broker.wakeups import DeferredWakeups
 from cluster.config import BrokerConfig
 from cluster.metadata.image import MetadataDelta, MetadataImage, PartitionState
 from cluster.storage.config import LogConfig
@@ -67,6 +68,7 @@ class ReplicaManager:
         self.log_config_for = log_config_for
         self.partitions: dict[TopicPartition, Partition] = {}
         self.fetchers: dict[int, ReplicaFetcher] = {}
+        self.wakeups = DeferredWakeups(scheduler)  # parked fetches' re-checks, batched per request
         self.running = False
         self.offline = False  # the log directory failed: take_offline()
         self._timer: TimerHandle | None = None

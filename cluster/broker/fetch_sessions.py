@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kio.schema.errors import ErrorCode
 
@@ -221,9 +221,9 @@ class FetchSessionCache:
 # ---- the follower's side ----------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionFetchState:
-    """What a follower asks of one partition; a change is sent in the next incremental fetch."""
+class PartitionFetchState(NamedTuple):
+    """What a follower asks of one partition; a change is sent in the next incremental fetch.
+    A tuple: built and compared for every followed partition at every fetch."""
 
     fetch_offset: int
     log_start_offset: int

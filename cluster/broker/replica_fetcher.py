@@ -40,7 +40,8 @@ class ReplicaFetcher:
     def __init__(self, manager: ReplicaManager, leader_id: int) -> None:
         self.manager = manager
         self.leader_id = leader_id
-        self.partitions: set[TopicPartition] = set()
+        self._partitions: set[TopicPartition] = set()
+        self._ordered: list[TopicPartition] = []  # self._partitions sorted once, not at every fetch
         self._in_flight = False
         self._backoff_pending = False
         self._stopped = False
@@ -58,10 +59,20 @@ class ReplicaFetcher:
         if self._endpoint is not None:
             self.manager.outbound.close(self._endpoint)
 
+    @property
+    def partitions(self) -> set[TopicPartition]:
+        return self._partitions
+
+    @partitions.setter
+    def partitions(self, tps: set[TopicPartition]) -> None:
+        self._partitions = tps
+        self._ordered = sorted(tps, key=lambda t: (t.topic, t.partition))
+
     def _fetchable(self) -> list[Partition]:
         out = []
-        for tp in sorted(self.partitions, key=lambda t: (t.topic, t.partition)):
-            p = self.manager.partitions.get(tp)
+        hosted = self.manager.partitions
+        for tp in self._ordered:
+            p = hosted.get(tp)
             if p is not None and p.role == FOLLOWER and p.leader_id == self.leader_id and not p.awaiting_metadata and p.state is not None:
                 out.append(p)
         return out

@@ -11,9 +11,10 @@ start-disk is one of (`--nemesis-option disk_kinds=...`, chosen by the seeded sc
     slow-fsync  every fsync first blocks the broker for delay_ms (2^U[4,9): 16-512 ms)
     torn-crash  a power loss of one broker's machine: its unflushed tails are torn at a random
                 byte and one byte of each segment's kept tail flipped, then it is SIGKILLed.
-                Always one broker: losing several machines' unflushed data at once is the
-                case Kafka documents as able to lose acknowledged writes (KIP-966), not a
-                disk fault
+                Always one broker, and never the last in-sync replica of a partition (another
+                running broker is taken instead, or none): losing the last in-sync copy's
+                unflushed data is the case Kafka documents as able to lose acknowledged
+                writes (KIP-966), not a disk fault Kafka's replication survives
 fsync-eio, disk-full and slow-fsync hit the brokers `db_targets` picks.
 
 stop-disk heals: brokers still running get a healthy disk again (the fault counts show what
@@ -106,9 +107,13 @@ class DiskPackage:
             return {"node": node, "not_running": True}
         kind = value["kind"]
         if kind == "torn-crash":
-            answer = self.control.crash_torn(node, seed=int(value["seed"]) + node, corrupt=bool(value.get("corrupt", True)))
+            target, sole = self._power_loss_target(node)
+            if target is None:
+                return {"node": node, "skipped": f"the last in-sync replica of {', '.join(sole)}"}
+            answer = self.control.crash_torn(target, seed=int(value["seed"]) + target, corrupt=bool(value.get("corrupt", True)))
             torn = answer.get("torn", [])
-            return {"node": node, "power_loss": True, "files_torn": len(torn),
+            moved = {} if target == node else {"instead_of": node, "because_last_in_sync_of": sole}
+            return {"node": target, **moved, "power_loss": True, "files_torn": len(torn),
                     "unflushed_bytes": sum(t["unflushed_bytes"] for t in torn),
                     "kept_bytes": sum(t["kept_bytes"] for t in torn),
                     "bytes_flipped": sum(1 for t in torn if t["flipped_at"] is not None)}
@@ -118,6 +123,26 @@ class DiskPackage:
             field, errno_name = ERRNO_OF_KIND[kind]
             answer = self.control.set_disk_faults(node, **{field: errno_name})
         return {"node": node, "faults": answer["faults"]}
+
+    def _power_loss_target(self, node: int) -> tuple[int | None, list[str]]:
+        """`node`, or the first other running broker if `node` is the last in-sync replica of
+        some partition (None if every running broker is): a power loss of the last in-sync
+        copy loses acknowledged writes in Kafka too, whatever min.insync.replicas says (the
+        ISR may have shrunk after they were acknowledged): KIP-966's case, which the
+        eligible leader replicas of Kafka 4 address and this cluster does not model."""
+        try:
+            states = self.control.partition_states()
+        except ControlError:
+            states = {}
+        def sole_of(broker: int) -> list[str]:
+            return sorted(f"{tp.topic}-{tp.partition}" for tp, state in states.items() if tuple(state.isr) == (broker,))
+        first = sole_of(node)
+        if not first:
+            return node, []
+        for other in self.control.broker_ids:
+            if other != node and self.control.is_alive(other) and not sole_of(other):
+                return other, first
+        return None, first
 
     def stop(self) -> dict:
         with self._lock:

@@ -146,3 +146,36 @@ def test_a_power_loss_tears_the_tails_and_recovery_cuts_them(cluster) -> None:
     cut = [t for t in torn if t["kept_bytes"] < t["unflushed_bytes"] or t["flipped_at"] is not None]
     if cut:
         assert "recovery truncated" in Path(control.log_path(0)).read_text()
+
+
+class IsrControl:
+    """Just enough of ClusterControl to choose a power loss's target."""
+
+    broker_ids = [0, 1, 2]
+
+    def __init__(self, isrs: dict[str, tuple[int, ...]]) -> None:
+        from cluster.control import PartitionStatus, TopicPartition as ControlTp
+        self.states = {ControlTp(name, 0): PartitionStatus(ControlTp(name, 0), isr[0], (0, 1, 2), isr) for name, isr in isrs.items()}
+        self.crashed: list[int] = []
+
+    def partition_states(self):
+        return self.states
+
+    def is_alive(self, broker_id: int) -> bool:
+        return True
+
+    def crash_torn(self, broker_id: int, *, seed: int, corrupt: bool) -> dict:
+        self.crashed.append(broker_id)
+        return {"torn": []}
+
+
+def test_a_power_loss_never_hits_the_last_in_sync_replica() -> None:
+    value = {"kind": "torn-crash", "targets": "one", "nodes": [0], "seed": 1, "corrupt": True}
+    safe = IsrControl({"a": (0, 1), "b": (1, 2)})
+    assert DiskPackage(safe, NemesisOptions()).start(value)["faulted"][0]["node"] == 0  # type: ignore[arg-type]
+    last = IsrControl({"a": (0,), "b": (1, 2)})
+    result = DiskPackage(last, NemesisOptions()).start(value)["faulted"][0]  # type: ignore[arg-type]
+    assert last.crashed == [1] and result["instead_of"] == 0 and result["because_last_in_sync_of"] == ["a-0"]
+    everyone = IsrControl({"a": (0,), "b": (1,), "c": (2,)})
+    result = DiskPackage(everyone, NemesisOptions()).start(value)["faulted"][0]  # type: ignore[arg-type]
+    assert everyone.crashed == [] and result["skipped"] == "the last in-sync replica of a-0"

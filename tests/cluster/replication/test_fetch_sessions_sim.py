@@ -73,3 +73,19 @@ def test_sessions_follow_a_leader_change() -> None:
     for broker in sim.broker_ids:
         sim.run_until(lambda b=broker: sim.broker(b).partition(TOPIC, 0).log_end_offset == 15, 2_000, what=f"broker {broker} caught up")
     assert [v for _, v in read_all(sim, new, TOPIC)] == [f"v{i}".encode() for i in range(15)]
+
+
+def test_a_follower_out_of_step_with_its_session_epoch_closes_it_and_opens_a_new_one() -> None:
+    sim = started()
+    produce_acked(sim, [b"v0"])
+    leader = wait_leader(sim, 0)
+    cache = sim.broker(leader).fetch_sessions
+    old = follower_sessions(sim, leader)
+    for session in cache.sessions():
+        session.epoch += 7  # as if requests had been lost: the next incremental fetch is refused
+    for i in range(1, 4):
+        produce_acked(sim, [f"v{i}".encode()])
+    new = follower_sessions(sim, leader)
+    assert sorted(new) == sorted(old) and not set(new.values()) & set(old.values())
+    assert all(cache.get(sid) is None for sid in old.values()), "the out-of-step sessions were not closed by the full fetches"
+    assert set(sim.broker(leader).partition(TOPIC, 0).isr) == {0, 1, 2}

@@ -67,3 +67,18 @@ def classify(exc: BaseException) -> Outcome:
             type_, label, with_message, end = row
             return Outcome(type_, [label, str(exc)] if with_message else label, end_process=end)
     return Outcome("info", [type(exc).__name__, str(exc)])
+
+
+def classify_send(exc: BaseException) -> Outcome:
+    """The outcome of a failed send. aiokafka retries a batch after a retriable error and, when
+    the batch expires, fails it with the error of its last attempt: an earlier attempt whose
+    answer a fault cut off (a request timeout, a partition) may have been appended. A
+    retriable error is therefore indefinite here, whatever the table says of the request that
+    raised it (a seeded --sim run read back a send failed with LEADER_NOT_AVAILABLE after a
+    partition healed: G1a on the safe cluster). librdkafka reports such a message with its
+    own timeout error, which the confluent table calls indefinite already."""
+    outcome = classify(exc)
+    if outcome.type == "fail" and getattr(exc, "retriable", False):
+        label = outcome.error[0] if isinstance(outcome.error, list) else outcome.error
+        return Outcome("info", ["maybe-applied", f"{label}: {exc}"], end_process=outcome.end_process)
+    return outcome

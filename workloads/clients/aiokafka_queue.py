@@ -26,7 +26,7 @@ from aiokafka.errors import KafkaError
 
 from harness.generator import Completion, Invocation
 from workloads.clients.aiokafka_config import AiokafkaSettings
-from workloads.clients.aiokafka_errors import classify
+from workloads.clients.aiokafka_errors import classify, classify_send
 from workloads.clients.confluent import KeyMap
 from workloads.clients.errors import Outcome
 
@@ -203,6 +203,7 @@ class AiokafkaQueueClient:
         return Completion("ok", done)
 
     async def _send_one(self, producer: AIOKafkaProducer, key: int, value: int) -> tuple[Outcome | None, int | None]:
+        delivery: asyncio.Future | None = None
         try:
             # One deadline for the whole send, as librdkafka's message.timeout.ms: aiokafka's
             # send() itself waits for the topic's metadata, with no bound while no broker
@@ -212,9 +213,11 @@ class AiokafkaQueueClient:
                                                partition=self.keys.partition(key), timestamp_ms=self.wall_ms())
                 metadata = await asyncio.shield(delivery)
         except TimeoutError:
+            if delivery is not None:  # its outcome comes after ours: retrieve it, unreported
+                delivery.add_done_callback(lambda f: f.cancelled() or f.exception())
             return Outcome("info", "timeout"), None
         except (KafkaError, OSError) as exc:
-            return classify(exc), None
+            return classify_send(exc), None
         if self.keys.key(metadata.topic, metadata.partition) != key:
             return Outcome("info", ["wrong-partition", f"{metadata.topic}/{metadata.partition}"]), None
         offset = metadata.offset

@@ -34,10 +34,13 @@ from cluster.control import ControlError, PartitionStatus, TopicPartition, forma
 from cluster.sim.cluster import CONTROLLER_HOST, SimCluster, broker_host
 from nemeses.base import NemesisError, NemesisOptions, build_packages
 from nemeses.clock import ClockPackage
+from nemeses.link_faults import LINK_FAULT_NAMES
 
 # The packages a simulated run performs. The scripted ones (brokers-down,
 # lone-leader-crash) run their script on the simulation's loop (`invoke_async`).
 SIMULATED: tuple[str, ...] = ("kill", "pause", "partition", "clock", "brokers-down", "lone-leader-crash")
+# Message faults on the simulated network's links, over the SimControl's SimCluster.
+SIMULATED += LINK_FAULT_NAMES
 
 
 def not_simulated(name: str) -> str | None:

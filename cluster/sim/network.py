@@ -52,8 +52,8 @@ breaks. So each fault is applied as a real network under TCP would make it visib
 
 Delay, jitter, reorder and duplication are drawn when a message is sent: a setting applies
 to messages sent after it is made, those in flight keep theirs. Loss is drawn at each try.
-With no setting on a link nothing extra is drawn, so runs without link faults keep the
-schedule they had before link faults existed.
+With no setting on a link nothing extra is drawn, so a run without link faults makes the
+same draws as before they existed.
 """
 
 from __future__ import annotations

@@ -142,8 +142,8 @@ class ReplicaFetcher:
             return
         with self.manager.wakeups:  # consumers' parked fetches are re-checked once, after all of it
             go_on = self._apply(result.body.responses, sent)
-        if go_on and self._fetchable():
-            self._fetch()
+        if go_on:
+            self._fetch()  # it does nothing if no partition is left to fetch
 
     def _apply(self, responses: Any, sent: dict[TopicPartition, int]) -> bool:
         """Handle each partition's answer; False if our log directory failed meanwhile."""

@@ -16,7 +16,8 @@ EXIT_BAD_ARGUMENTS = 254
 EXIT_HARNESS_ERROR = 255
 
 # Modules that contribute subcommands, in the order `--help` lists them.
-SUBCOMMAND_MODULES: tuple[str, ...] = ("cluster.cli", "harness.testcmd", "harness.analyze", "harness.report.cli", "harness.serve",
+SUBCOMMAND_MODULES: tuple[str, ...] = ("cluster.cli", "harness.testcmd", "harness.hunt", "harness.analyze", "harness.report.cli",
+                                        "harness.serve",
                                         "harness.suite", "proxy.cli")
 
 

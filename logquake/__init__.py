@@ -31,6 +31,11 @@ Three things, for programs and test suites that want more than `logquake test`'s
 
 The pytest plugin (``logquake.pytest_plugin``, installed with logquake) offers the same as
 fixtures: ``logquake_cluster`` and ``logquake_runner``.
+
+``fault_schedules(brokers, time_limit_s, kinds)`` and ``Fault`` (``logquake.strategies``)
+    A Hypothesis strategy for the fault schedules of simulated runs
+    (``TestSpec(sim=True, fault_schedule=...)``), for property tests of your own; it shrinks
+    to fewer, earlier, shorter faults on fewer brokers. `logquake hunt` searches with it.
 """
 
 from __future__ import annotations
@@ -43,10 +48,14 @@ __all__ = ["Anomaly", "LocalCluster", "Result", "RunError", "SpecError", "TestSp
 # Loaded on first use (PEP 562): pytest imports this package for its plugin in every session,
 # and the API pulls in the harness, which must not load before pytest's other plugins do.
 _WHERE = {"LocalCluster": "logquake.local_cluster", **{name: "logquake.api" for name in __all__ if name != "LocalCluster"}}
+# Hypothesis strategies for simulated runs' fault schedules (logquake.strategies).
+__all__ += ["Fault", "fault_schedules"]
+_WHERE.update({"Fault": "logquake.strategies", "fault_schedules": "logquake.strategies"})
 
 if TYPE_CHECKING:
     from logquake.api import Anomaly, Result, RunError, SpecError, TestSpec, Witness, run
     from logquake.local_cluster import LocalCluster
+    from logquake.strategies import Fault, fault_schedules
 
 
 def __getattr__(name: str) -> Any:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import hashlib
 import io
 import os
 import re
@@ -75,6 +77,9 @@ class TestSpec:
     bootstrap_servers: str | None = None
     toxiproxy_url: str | None = None  # --toxiproxy-url: a Toxiproxy server for the latency, bandwidth and flaky faults
     name: str | None = None
+    sim: bool = False  # --sim: the whole test in this process on virtual time (see run())
+    # --fault-schedule (with sim): a schedule of logquake.strategies.Fault's, or the path of a schedule file
+    fault_schedule: Sequence[Any] | str | os.PathLike[str] | None = None
 
     def argv(self, results_dir: str | os.PathLike[str] = "results") -> list[str]:
         """The `logquake test` arguments of this spec (without a seed when it has none)."""
@@ -98,6 +103,12 @@ class TestSpec:
             out += ["--toxiproxy-url", self.toxiproxy_url]
         if self.name is not None:
             out += ["--name", self.name]
+        if self.sim:
+            out += ["--sim"]
+        if self.fault_schedule is not None:
+            if not isinstance(self.fault_schedule, (str, os.PathLike)):
+                raise SpecError("fault_schedule: run() writes a schedule of faults to a file; argv() takes its path")
+            out += ["--fault-schedule", os.fspath(self.fault_schedule)]
         return out
 
 
@@ -115,6 +126,7 @@ def prepare(spec: TestSpec, results_dir: str | os.PathLike[str] = "results") -> 
     """Check `spec` as `logquake test` checks its options; raises SpecError with the
     command's one-line reason."""
     results_root = Path(results_dir).resolve()
+    spec = _with_schedule_file(spec, results_root)
     stderr = io.StringIO()
     try:
         with contextlib.redirect_stderr(stderr):
@@ -128,6 +140,31 @@ def prepare(spec: TestSpec, results_dir: str | os.PathLike[str] = "results") -> 
         raise SpecError(str(exc)) from None
     command = [sys.executable, "-m", "harness.testcmd", *test_argv(args, seed, args.name)]
     return Prepared(run_spec=run_spec, command=command, results_dir=results_root)
+
+
+def _with_schedule_file(spec: TestSpec, results_root: Path) -> TestSpec:
+    """A schedule given as faults is written to `<results>/fault-schedules/<digest>.json`
+    (named by its content, so a repeated schedule is one file) and passed by path."""
+    schedule = spec.fault_schedule
+    if schedule is None or isinstance(schedule, (str, os.PathLike)):
+        return spec
+    from logquake.strategies import Fault, schedule_json
+
+    faults = list(schedule)
+    if not all(isinstance(f, Fault) for f in faults):
+        raise SpecError("fault_schedule: expected logquake.strategies.Fault's (or a schedule file's path)")
+    try:
+        text = schedule_json(faults, spec.brokers, spec.time_limit_s)
+    except ValueError as exc:
+        raise SpecError(f"fault_schedule: {exc}") from None
+    folder = results_root / "fault-schedules"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
+    if not path.exists():
+        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    return dataclasses.replace(spec, fault_schedule=str(path))
 
 
 class RunError(RuntimeError):
@@ -194,8 +231,14 @@ _VERDICT_LINE = re.compile(r"^logquake test: \S+ \((.*)\); results in ")
 def run(spec: TestSpec, results_dir: str | os.PathLike[str] = "results", *,
         output: Any = None) -> Result:
     """Run `spec` as `logquake test` would and return its Result. The run's output (seed
-    line, progress, verdict) is copied to `output` (default sys.stdout) as it comes."""
+    line, progress, verdict) is copied to `output` (default sys.stdout) as it comes.
+
+    A simulated spec (`sim=True`) runs in this process: it needs no network namespace, and
+    the checks of every run share one Spark session (a Hypothesis test of many schedules
+    would otherwise start Spark once per example)."""
     prepared = prepare(spec, results_dir)
+    if spec.sim:
+        return _run_here(prepared, output if output is not None else sys.stdout)
     if prepared.run_spec.bootstrap_servers is not None:
         try:
             probe_bootstrap_servers(prepared.run_spec.bootstrap_servers)
@@ -203,6 +246,11 @@ def run(spec: TestSpec, results_dir: str | os.PathLike[str] = "results", *,
             raise SpecError(str(exc)) from None
     sink = output if output is not None else sys.stdout
     code, text = _run_child(prepared.command, sink)
+    return _result(code, text, prepared)
+
+
+def _result(code: int, text: str, prepared: Prepared) -> Result:
+    """The Result of a finished `logquake test` from its exit code and output."""
     run_dir = _run_dir(text)
     seed, command = prepared.run_spec.seed, prepared.run_spec.command
     if code == EXIT_INTERRUPTED:
@@ -219,6 +267,31 @@ def run(spec: TestSpec, results_dir: str | os.PathLike[str] = "results", *,
     return Result(verdict=verdict, message=message, run_dir=run_dir, seed=seed,
                   reproduce_command=command, anomalies=check.anomalies, claims=check.claims,
                   checker_errors=check.errors)
+
+
+def _run_here(prepared: Prepared, sink: Any) -> Result:
+    """A simulated run in this process, through `logquake test`'s own run_one."""
+    from harness.testcmd import main as test_main
+
+    text = io.StringIO()
+    tee = _Tee(text, sink)
+    with contextlib.redirect_stdout(tee):  # type: ignore[type-var]
+        code = test_main(prepared.command[3:])
+    return _result(code, text.getvalue(), prepared)
+
+
+class _Tee(io.TextIOBase):
+    def __init__(self, *sinks: Any) -> None:
+        self.sinks = sinks
+
+    def write(self, data: str) -> int:
+        for sink in self.sinks:
+            sink.write(data)
+        return len(data)
+
+    def flush(self) -> None:
+        for sink in self.sinks:
+            sink.flush()
 
 
 def _run_child(command: list[str], sink: Any) -> tuple[int, str]:

@@ -19,6 +19,18 @@ Fixtures (nothing happens unless a test asks for one, so other suites are unchan
     (``--logquake-unknown``). Every run's seed and reproduce command are shown in a
     "logquake" report section and in the session summary, as Hypothesis shows its seeds.
 
+Simulated runs (``sim=True``, a spec with a ``fault_schedule``) need no cluster fixture: they
+run in the test's own process, which makes a Hypothesis ``@given`` test over fault schedules
+(``logquake.strategies.fault_schedules``) cheap enough to run many examples::
+
+    from hypothesis import HealthCheck, given, settings
+    from logquake.strategies import fault_schedules
+
+    @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(schedule=fault_schedules(brokers=3, time_limit_s=5, kinds=("kill", "partition")))
+    def test_kills_and_partitions_lose_nothing(logquake_runner, schedule):
+        logquake_runner.run(sim=True, time_limit_s=5, nemesis=["kill", "partition"], fault_schedule=schedule, seed=1)
+
 Each run's seed and report path are also test properties (``logquake_seed``,
 ``logquake_report``), so pytest's ``--junit-xml`` carries them.
 
@@ -169,7 +181,7 @@ class Runner:
             changes["seed"] = config.getoption("--logquake-seed")
         if spec.name is None:
             changes["name"] = _NAME_UNSAFE.sub("-", self._request.node.name).strip("-.") or "logquake"
-        if spec.bootstrap_servers is None and not spec.nemesis:
+        if spec.bootstrap_servers is None and not spec.nemesis and not spec.sim:
             servers = config.getoption("--logquake-bootstrap-servers")
             if servers is None:
                 cluster = self._request.getfixturevalue("logquake_cluster")
@@ -198,7 +210,7 @@ class Runner:
     def _how_to_rerun(self, spec: "TestSpec", result: "Result") -> str:
         """The command above names a cluster that ended with the session; say how to get it back."""
         lines = [f"  rerun this test: pytest {self._request.node.nodeid} --logquake-seed {result.seed}"]
-        if self._request.config.getoption("--logquake-bootstrap-servers") is None and not spec.nemesis:
+        if self._request.config.getoption("--logquake-bootstrap-servers") is None and not spec.nemesis and not spec.sim:
             want = ClusterRequest.of(self._request.node)
             config = " ".join(f"--config {key}={value}" for key, value in want.config)
             lines.append(f"  the command's cluster was this test's logquake_cluster; start one like it with "

@@ -1,0 +1,357 @@
+"""`logquake hunt`: search for a failing simulated run, shrink its fault schedule, replay it.
+
+Hypothesis draws fault schedules (`logquake.strategies.fault_schedules`: which faults, on
+which brokers, when, for how long) for the workload and cluster given with `logquake
+test`'s options. Each example is a simulated run (harness.sim, the run's seed) whose history
+the real checkers judge, in one Spark session for the whole hunt. The first invalid verdict
+stops the search; Hypothesis then shrinks the schedule to a minimal one that still fails.
+That schedule is written to a file and run once more as a normal run directory (results,
+report, `fault-schedule.json`), and the command that replays it is printed.
+
+The example database lives under the results directory (`hunt-db/`): a second hunt of the
+same workload and cluster replays the failures stored there before drawing new schedules.
+A hunt is deterministic for its seed unless the budget cuts it short (the budget is wall
+time; `--max-examples` bounds it by count instead).
+
+Exit codes as `logquake test`: 1 a failure found (and replayed invalid), 0 the budget spent
+with none, 2 the replay's verdict unknown, 254 bad arguments, 255 a harness error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import logging
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from collections.abc import Iterator
+from typing import Any
+
+from harness.cli import EXIT_BAD_ARGUMENTS, EXIT_HARNESS_ERROR
+
+PROG = "logquake hunt"
+DB_DIR = "hunt-db"
+SCRATCH_DIR = "hunt-scratch"
+DEFAULT_BUDGET_S = 600.0
+DEFAULT_MAX_EXAMPLES = 200
+# Options of `logquake test` a hunt does not take: it is simulated, one search, its own schedule.
+NOT_HUNT_OPTIONS = frozenset({"--sim", "--test-count", "--junit-xml", "--bootstrap-servers", "--toxiproxy-url",
+                              "--fault-schedule", "--nemesis-interval", "--name"})
+
+
+def register(subparsers: Any) -> None:
+    from harness.testcmd import register as register_test
+
+    p = subparsers.add_parser("hunt", help="search simulated runs for a failing fault schedule, shrink it, replay it",
+                              description=__doc__.splitlines()[0])
+    # `logquake test`'s own option definitions, so the two cannot drift apart.
+    scratch = argparse.ArgumentParser(add_help=False).add_subparsers()
+    register_test(scratch)
+    test_parser = scratch.choices["test"]
+    for action in test_parser._actions:
+        if action.option_strings and not NOT_HUNT_OPTIONS & set(action.option_strings) and "-h" not in action.option_strings:
+            p._add_action(action)
+    p.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S, metavar="S",
+                   help=f"wall seconds for the search and the shrink together (default {DEFAULT_BUDGET_S:g})")
+    p.add_argument("--max-examples", type=int, default=DEFAULT_MAX_EXAMPLES, metavar="N",
+                   help=f"most schedules to draw (default {DEFAULT_MAX_EXAMPLES}); with a budget that is not reached, "
+                        "a seed gives the same hunt")
+    p.add_argument("--max-faults", type=int, default=4, metavar="N", help="most faults in a schedule (default 4)")
+    p.add_argument("--max-fault-duration", type=float, default=None, metavar="S",
+                   help="longest fault in simulated seconds (default: the time limit)")
+    p.add_argument("--max-shrinks", type=int, default=None, metavar="N",
+                   help="most runs spent shrinking after the first failure (default: as many as the budget allows); "
+                        "a count, unlike the budget, keeps a seeded hunt deterministic")
+    p.add_argument("--no-database", action="store_true",
+                   help=f"neither replay nor store failures in <results>/{DB_DIR}")
+    p.set_defaults(handler=handle, sim=True, test_count=1, junit_xml=None, bootstrap_servers=None, toxiproxy_url=None,
+                   fault_schedule=None, nemesis_interval=10.0, name=None)
+
+
+@dataclass
+class Tally:
+    """What the search did, for the summary line and hunt.json."""
+
+    examples: int = 0
+    invalid: int = 0
+    errors: int = 0
+    started_s: float = field(default_factory=time.monotonic)
+    first_failure_s: float | None = None
+    first_failure_example: int | None = None  # its number among the runs
+    first_failure: tuple | None = None
+    example_wall_s: float = 0.0
+    search_wall_s: float = 0.0  # the search and the shrink, without the replay
+    check_wall_s: float = 0.0
+    last_error: str | None = None
+
+
+class Hunt:
+    """Runs one schedule at a time as a simulated run and judges it. Results are cached by
+    schedule, so Hypothesis's final replay of the minimal example never re-runs it."""
+
+    def __init__(self, spec: Any, scratch: Path, deadline_s: float, out: Any = None,
+                 max_shrinks: int | None = None) -> None:
+        self.spec = spec
+        self.scratch = scratch
+        self.deadline_s = deadline_s
+        self.max_shrinks = max_shrinks
+        self.out = out if out is not None else sys.stdout
+        self.tally = Tally()
+        self.verdicts: dict[tuple, Any] = {}
+
+    def out_of_budget(self) -> bool:
+        if self.max_shrinks is not None and self.tally.first_failure_example is not None:
+            if self.tally.examples - self.tally.first_failure_example >= self.max_shrinks:
+                return True
+        return time.monotonic() >= self.deadline_s
+
+    def fails(self, schedule: tuple) -> bool:
+        """True when the simulated run with this schedule is checked invalid."""
+        if schedule in self.verdicts:
+            return self.verdicts[schedule] is False
+        if self.out_of_budget():
+            return False  # not run: treated as passing, which ends the search and the shrink
+        valid = self.judge(schedule)
+        self.verdicts[schedule] = valid
+        if valid is False:
+            self.tally.invalid += 1
+            if self.tally.first_failure_s is None:
+                self.tally.first_failure_s = time.monotonic() - self.tally.started_s
+                self.tally.first_failure_example = self.tally.examples
+                self.tally.first_failure = schedule
+        return valid is False
+
+    def judge(self, schedule: tuple) -> Any:
+        """The checked verdict of one simulated run of `schedule` (None: it could not run)."""
+        self.tally.examples += 1
+        started = time.monotonic()
+        with _quiet_asyncio():
+            return self._judge(schedule, started)
+
+    def _judge(self, schedule: tuple, started: float) -> Any:
+        from harness.analyze import analyze_run
+        from harness.run import HarnessError, open_run
+        from harness.sim.run import FaultOp, execute_sim
+        from logquake.strategies import ops
+
+        fault_ops = [FaultOp.from_json(op) for op in ops(schedule, self.spec.brokers, self.spec.time_limit_s)]
+        run = open_run(self.spec, self.scratch)
+        try:
+            try:
+                execute_sim(run, fault_ops, check_history=False)
+            except HarnessError as exc:
+                self.tally.errors += 1
+                self.tally.last_error = str(exc)
+                self._say(schedule, "harness error", started, detail=str(exc))
+                return None
+            finally:
+                run.close()
+            checked = time.monotonic()
+            try:
+                result = analyze_run(run.run_dir)
+            except Exception as exc:  # a history the checkers cannot read is not a finding
+                self.tally.errors += 1
+                self.tally.last_error = f"{type(exc).__name__}: {exc}"
+                self._say(schedule, "check failed", started, detail=self.tally.last_error)
+                return None
+            self.tally.check_wall_s += time.monotonic() - checked
+            bad = sorted({a.name for a in result.anomalies if not a.allowed})
+            self._say(schedule, {True: "valid", False: "INVALID"}.get(result.valid, str(result.valid)), started,
+                      detail=", ".join(bad))
+            return result.valid
+        finally:
+            self.tally.example_wall_s += time.monotonic() - started
+            shutil.rmtree(run.run_dir, ignore_errors=True)
+
+    def _say(self, schedule: tuple, verdict: str, started: float, detail: str = "") -> None:
+        faults = "; ".join(_describe(f) for f in schedule)
+        print(f"{PROG}: #{self.tally.examples} {verdict} in {time.monotonic() - started:.1f} s: {faults}"
+              + (f" ({detail})" if detail else ""), file=self.out, flush=True)
+
+
+@contextlib.contextmanager
+def _quiet_asyncio() -> Iterator[None]:
+    """asyncio logs each abandoned client future ("exception was never retrieved") when the
+    simulation's clients are torn down: hundreds of lines per hunt that say nothing about
+    the verdict. The run's own harness.log keeps the clients' log."""
+    log = logging.getLogger("asyncio")
+    level = log.level
+    log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+def _describe(fault: Any) -> str:
+    targets = fault.targets if isinstance(fault.targets, str) else ",".join(map(str, fault.targets))
+    clock = f" {fault.delta_ms:+d} ms" if fault.kind == "clock" else ""
+    return f"{fault.kind}[{targets}]{clock} {fault.start_s:g}+{fault.duration_s:g}s"
+
+
+def database_key(spec: Any, kinds: list[str], args: argparse.Namespace) -> bytes:
+    """Failures are stored per workload, cluster, clients, fault kinds and schedule bounds
+    (not per seed: a failure found under one seed is worth replaying under another)."""
+    material = json.dumps({"workload": spec.workload, "workload_options": spec.workload_options, "brokers": spec.brokers,
+                           "cluster_config": spec.cluster_config, "client_config": spec.client_config,
+                           "kinds": kinds, "time_limit_s": spec.time_limit_s, "max_faults": args.max_faults,
+                           "max_fault_duration": args.max_fault_duration, "rate_hz": spec.rate_hz,
+                           "concurrency": spec.concurrency}, sort_keys=True, default=str)
+    return b"logquake-hunt:" + hashlib.sha256(material.encode()).hexdigest().encode()
+
+
+def search(hunt: Hunt, strategy: Any, seed: int, database: Any, key: bytes, max_examples: int) -> tuple | None:
+    """Hypothesis's search and shrink over `strategy`; the minimal failing schedule or None."""
+    from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+    from hypothesis import seed as hypothesis_seed
+
+    found: list[tuple] = []
+
+    class Found(Exception):
+        pass
+
+    @settings(database=database, max_examples=max_examples, deadline=None, suppress_health_check=list(HealthCheck),
+              report_multiple_bugs=False, verbosity=Verbosity.quiet, print_blob=False,
+              phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink))
+    @hypothesis_seed(seed)
+    @given(strategy)
+    def example(schedule: tuple) -> None:
+        if hunt.fails(schedule):
+            found[:] = [schedule]
+            raise Found
+
+    example._hypothesis_internal_database_key = key  # type: ignore[attr-defined]
+    try:
+        example()
+    except Found:
+        return found[0]
+    return None
+
+
+def handle(args: argparse.Namespace) -> int:
+    from harness.testcmd import BadArgument, build_spec
+
+    seed = args.seed if args.seed is not None else __import__("secrets").randbelow(2**31)
+    kinds = [n.strip() for n in args.nemesis.split(",") if n.strip()]
+    try:
+        if not kinds:
+            raise BadArgument("--nemesis: name the fault kinds to search over, e.g. --nemesis kill,partition")
+        if args.budget <= 0:
+            raise BadArgument(f"--budget must be positive, got {args.budget:g}")
+        if args.max_examples < 1 or args.max_faults < 1:
+            raise BadArgument("--max-examples and --max-faults must be at least 1")
+        if args.max_shrinks is not None and args.max_shrinks < 0:
+            raise BadArgument(f"--max-shrinks must be at least 0, got {args.max_shrinks}")
+        if args.max_fault_duration is not None and args.max_fault_duration <= 0:
+            raise BadArgument(f"--max-fault-duration must be positive, got {args.max_fault_duration:g}")
+        try:
+            import hypothesis  # noqa: F401
+        except ImportError:
+            raise BadArgument("logquake hunt needs Hypothesis (pip install hypothesis)") from None
+        from logquake.strategies import KINDS, fault_schedules
+
+        unknown = [k for k in kinds if k not in KINDS]
+        if unknown:
+            raise BadArgument(f"--nemesis {','.join(unknown)}: the hunt draws schedules of {', '.join(KINDS)} only")
+        spec = build_spec(args, seed)
+        try:
+            strategy = fault_schedules(spec.brokers, spec.time_limit_s, kinds, max_faults=args.max_faults,
+                                       max_duration_s=args.max_fault_duration)
+        except ValueError as exc:
+            raise BadArgument(str(exc)) from None
+    except BadArgument as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return EXIT_BAD_ARGUMENTS
+
+    from hypothesis.database import DirectoryBasedExampleDatabase
+
+    results = Path(args.results_dir)
+    results.mkdir(parents=True, exist_ok=True)
+    database = None if args.no_database else DirectoryBasedExampleDatabase(str(results / DB_DIR))
+    (results / SCRATCH_DIR).mkdir(exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="hunt-", dir=results / SCRATCH_DIR))
+    name = f"hunt-{args.workload}-{'-'.join(kinds)}"
+    example_spec = replace(spec, name=name, command=f"(a {PROG} example; seed {seed})")
+    hunt = Hunt(example_spec, scratch, time.monotonic() + args.budget, max_shrinks=args.max_shrinks)
+    print(f"{PROG}: seed {seed}; budget {args.budget:g} s, at most {args.max_examples} schedules of "
+          f"{', '.join(kinds)} on {spec.brokers} brokers over {spec.time_limit_s:g} simulated s", flush=True)
+    try:
+        minimal = search(hunt, strategy, seed, database, database_key(spec, kinds, args), args.max_examples)
+    except Exception as exc:
+        print(f"{PROG}: harness error during the search: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_HARNESS_ERROR
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    tally = hunt.tally
+    elapsed_s = tally.search_wall_s = time.monotonic() - tally.started_s
+    summary = (f"{tally.examples} simulated runs in {elapsed_s:.1f} s ({tally.check_wall_s:.1f} s checking), "
+               f"{tally.errors} harness errors")
+    if minimal is None:
+        if tally.examples == 0 and tally.errors == 0:
+            print(f"{PROG}: no schedule was run within the budget", file=sys.stderr)
+            return EXIT_HARNESS_ERROR
+        if tally.errors and tally.errors == tally.examples:
+            print(f"{PROG}: every run failed: {tally.last_error}", file=sys.stderr)
+            return EXIT_HARNESS_ERROR
+        print(f"{PROG}: no failure found: {summary}", flush=True)
+        return 0
+    print(f"{PROG}: failure found after {tally.first_failure_s:.1f} s, shrunk to {len(minimal)} fault(s) by "
+          f"{elapsed_s:.1f} s: {'; '.join(_describe(f) for f in minimal)}", flush=True)
+    return replay(args, spec, seed, kinds, minimal, tally, summary)
+
+
+def replay(args: argparse.Namespace, spec: Any, seed: int, kinds: list[str], minimal: tuple, tally: Tally,
+           summary: str) -> int:
+    """Run the minimal schedule once more as a normal run directory and print the command
+    that replays it from the copy of the schedule in that directory."""
+    from harness.hunt_schedule import SCHEDULE_FILE
+    from harness.testcmd import build_spec, run_one, test_argv
+    from logquake.strategies import schedule_json
+
+    hunt_dir = Path(args.results_dir) / "hunt" / time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    n = 1
+    while hunt_dir.exists():
+        n += 1
+        hunt_dir = hunt_dir.with_name(f"{hunt_dir.name.split('+')[0]}+{n}")
+    hunt_dir.mkdir(parents=True)
+    schedule_path = hunt_dir / SCHEDULE_FILE
+    schedule_path.write_text(schedule_json(minimal, spec.brokers, spec.time_limit_s), encoding="utf-8")
+    test_args = argparse.Namespace(**vars(args))
+    test_args.fault_schedule = str(schedule_path)
+    test_args.name = f"hunt-{args.workload}-{'-'.join(kinds)}"
+    try:
+        replay_spec = build_spec(test_args, seed)
+    except Exception as exc:
+        print(f"{PROG}: the minimal schedule cannot be replayed: {exc}", file=sys.stderr)
+        return EXIT_HARNESS_ERROR
+    code, valid = run_one(replay_spec, args.results_dir, sim=True, fault_schedule=str(schedule_path))
+    run_dir = _latest_run(Path(args.results_dir), test_args.name)
+    if run_dir is not None and (run_dir / SCHEDULE_FILE).exists():
+        test_args.fault_schedule = str(run_dir / SCHEDULE_FILE)
+    command = shlex.join(["logquake", "test", *test_argv(test_args, seed, test_args.name)])
+    first = tally.first_failure or ()
+    info = {"seed": seed, "search_and_shrink_s": round(tally.search_wall_s, 3), "summary": summary,
+            "examples": tally.examples, "first_failure_s": tally.first_failure_s,
+            "first_failure_example": tally.first_failure_example, "first_failure": [f.as_json() for f in first],
+            "check_wall_s": round(tally.check_wall_s, 3), "replay_verdict": valid,
+            "replay_exit_code": code, "run_dir": str(run_dir) if run_dir else None, "replay_command": command,
+            "faults": [f.as_json() for f in minimal]}
+    (hunt_dir / "hunt.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    print(f"{PROG}: {summary}; minimal run in {run_dir}", flush=True)
+    print(f"{PROG}: replay the minimal failure with: {command}", flush=True)
+    if valid is not False and code not in (EXIT_HARNESS_ERROR, 130):
+        print(f"{PROG}: the replay of the minimal schedule was not invalid ({valid}): the failure did not reproduce",
+              file=sys.stderr)
+    return code
+
+
+def _latest_run(results: Path, name: str) -> Path | None:
+    runs = sorted(p for p in (results / name).glob("2*") if p.is_dir())
+    return runs[-1] if runs else None

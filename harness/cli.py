@@ -19,6 +19,7 @@ EXIT_HARNESS_ERROR = 255
 SUBCOMMAND_MODULES: tuple[str, ...] = ("cluster.cli", "harness.testcmd", "harness.hunt", "harness.analyze", "harness.report.cli",
                                         "harness.serve",
                                         "harness.suite", "proxy.cli")
+SUBCOMMAND_MODULES += ("harness.image",)  # `logquake image build`: the Docker back end's node image
 
 
 class ArgumentParser(argparse.ArgumentParser):

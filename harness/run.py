@@ -158,11 +158,52 @@ def routed_links(spec: RunSpec) -> Any:
 
 
 @contextlib.contextmanager
+def docker_cluster(run: Run) -> Iterator[None]:
+    """The bundled cluster in containers (cluster.docker_backend), from the node image of
+    this source tree (built now if missing: harness.image), with the control the nemeses
+    act through. The containers, network and nft table go at the end, however it ends."""
+    from cluster import docker_backend
+    from cluster.control import BrokerClocks
+    from harness.image import ImageError, ensure_image
+
+    spec = run.spec
+    try:
+        client = docker_backend.docker_client()
+        image = ensure_image(client, log=lambda message: run.log.info("%s", message))
+    except (docker_backend.DockerUnavailable, ImageError) as exc:
+        raise HarnessError(f"--backend docker: {exc}") from None
+    clocks = (BrokerClocks(run.run_dir / "clocks", library_path=docker_backend.IMAGE_FAKETIME_LIBRARY)
+              if "clock" in spec.nemeses else None)
+    cluster = docker_backend.DockerCluster(brokers=spec.brokers, image=image, base_dir=run.run_dir / "cluster",
+                                           config=dict(spec.cluster_config), client=client,
+                                           seed=derive_seed(spec.seed, "cluster") % 2**31,
+                                           extra_env=clocks.extra_env if clocks is not None else None,
+                                           shared_dirs=[clocks.clock_dir] if clocks is not None else [])
+    with cluster:
+        run.cluster = cluster
+        run.bootstrap_servers = cluster.bootstrap_servers
+        run.control = docker_backend.DockerControl(cluster, clocks)
+        run.log.info("bundled cluster of %d broker(s) in containers of image %s on network %s (%s) at %s", spec.brokers,
+                     image, cluster.network_name, cluster.subnet, run.bootstrap_servers)
+        try:
+            yield
+        finally:
+            try:
+                run.control.close()
+            except Exception:
+                run.log.exception("closing the cluster control")
+            run.cluster = None
+
+
+@contextlib.contextmanager
 def system_under_test(run: Run) -> Iterator[None]:
     if run.spec.bootstrap_servers is not None:
         run.bootstrap_servers = run.spec.bootstrap_servers
         run.log.info("external cluster at %s", run.bootstrap_servers)
         yield
+    elif run.spec.backend == "docker":
+        with docker_cluster(run):
+            yield
     else:
         with bundled_cluster(run):
             yield

@@ -33,6 +33,11 @@ PROCESS_CONTROL_NEMESES: frozenset[str] = frozenset(NEMESIS_NAMES)
 # them; a real run refuses them when its packages are built, naming --sim.
 SIM_ONLY_NEMESES: tuple[str, ...] = ("link-delay", "link-loss", "link-duplicate", "link-reorder")
 
+# The bundled cluster's back ends (--backend) and the faults the docker one offers: its links
+# are direct (no proxies for latency, bandwidth, flaky) and it is not simulated.
+BACKENDS: tuple[str, ...] = ("local", "docker")
+DOCKER_NEMESES: tuple[str, ...] = ("kill", "pause", "partition", "clock", "brokers-down", "lone-leader-crash")
+
 SPEC_VERSION = 1
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._,=+-]*$")
 _HOST_PORT_RE = re.compile(r"^[A-Za-z0-9._\-\[\]:]+:\d{1,5}$")
@@ -72,6 +77,9 @@ class RunSpec:
     # A Toxiproxy server (http://HOST:PORT) that carries the routed cluster's proxies instead
     # of logquake's own proxy (--toxiproxy-url); only with the proxy nemeses.
     toxiproxy_url: str | None = None
+    # Where the bundled cluster runs: "local" (processes on 127.0.0.x in the run's private
+    # namespace) or "docker" (a container per node on a bridge network, cluster.docker_backend).
+    backend: str = "local"
     command: str = ""
     version: int = SPEC_VERSION
 
@@ -130,6 +138,13 @@ class RunSpec:
             _check(not others, "toxiproxy_url", f"{', '.join(others)} needs the run's private network namespace, "
                    "where a Toxiproxy server outside it cannot reach the brokers; with a Toxiproxy server choose only "
                    f"{', '.join(PROXY_NEMESES)}")
+        _check(self.backend in BACKENDS, "backend", f"unknown backend {self.backend!r}; known: {', '.join(BACKENDS)}")
+        if self.backend == "docker":
+            _check(self.bootstrap_servers is None, "backend",
+                   "docker runs the bundled cluster in containers; an external cluster (--bootstrap-servers) has none")
+            refused = [n for n in self.nemeses if n not in DOCKER_NEMESES]
+            _check(not refused, "backend", f"{', '.join(refused)} cannot run on the docker backend (it offers "
+                   f"{', '.join(DOCKER_NEMESES)}); use the local backend")
         for name in ("client_config", "client_config_overrides", "cluster_config", "nemesis_options"):
             for key, value in getattr(self, name).items():
                 _check(isinstance(key, str) and key.strip() == key and key != "" and isinstance(value, str),

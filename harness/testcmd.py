@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from harness.cli import EXIT_BAD_ARGUMENTS, EXIT_HARNESS_ERROR
-from harness.spec import (NEMESIS_NAMES, PROCESS_CONTROL_NEMESES, PROXY_NEMESES, SIM_ONLY_NEMESES, RunSpec, SpecError,
+from harness.spec import (BACKENDS, NEMESIS_NAMES, PROCESS_CONTROL_NEMESES, PROXY_NEMESES, SIM_ONLY_NEMESES, RunSpec, SpecError,
                           parse_key_values)
 from workloads.registry import WORKLOAD_NAMES, load as load_workload
 
@@ -66,6 +66,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--sim", action="store_true",
                    help="run the whole test in this process on virtual time (simulated cluster, aiokafka clients); "
                         "phase lengths are simulated seconds, and a seed replays exactly")
+    p.add_argument("--backend", default="local", choices=BACKENDS,
+                   help="where the bundled cluster runs: local (processes in the run's private network namespace) or "
+                        "docker (a container per node on a bridge network, from `logquake image build`'s image; "
+                        "see README, Docker back end) (default local)")
     p.add_argument("--fault-schedule", default=None, metavar="FILE",
                    help="with --sim: perform this fault schedule (JSON ops, as `logquake hunt` writes) instead of the "
                         "packages' seeded one; --nemesis must name every package it uses")
@@ -144,6 +148,9 @@ def build_spec(args: argparse.Namespace, seed: int) -> RunSpec:
                                   "bundled cluster")
         if args.test_count < 1:
             raise BadArgument(f"--test-count must be at least 1, got {args.test_count}")
+        backend = getattr(args, "backend", "local")
+        if backend != "local" and getattr(args, "sim", False):
+            raise BadArgument(f"--sim runs the cluster's simulation in this process; --backend {backend} runs real nodes")
         if getattr(args, "sim", False) and args.bootstrap_servers is not None:
             raise BadArgument("--sim runs the bundled cluster's simulation in this process; it cannot test an external "
                               "cluster (--bootstrap-servers)")
@@ -174,7 +181,7 @@ def build_spec(args: argparse.Namespace, seed: int) -> RunSpec:
                       bootstrap_servers=args.bootstrap_servers, client_config=client_config,
                       client_config_overrides=client_overrides, cluster_config=cluster_config,
                       quiet_period_s=args.quiet_period, final_time_limit_s=args.final_time_limit,
-                      toxiproxy_url=getattr(args, "toxiproxy_url", None))
+                      toxiproxy_url=getattr(args, "toxiproxy_url", None), backend=backend)
         checked = RunSpec(**fields)  # validate before composing the command
         if getattr(args, "sim", False):
             _check_simulated(checked)
@@ -236,7 +243,7 @@ def _as_flag(message: str) -> str:
                              ("brokers", "--brokers"), ("nemesis_interval_s", "--nemesis-interval"), ("seed", "--seed"),
                              ("final_time_limit_s", "--final-time-limit"), ("quiet_period_s", "--quiet-period"),
                              ("bootstrap_servers", "--bootstrap-servers"), ("name", "--name"),
-                             ("toxiproxy_url", "--toxiproxy-url")):
+                             ("toxiproxy_url", "--toxiproxy-url"), ("backend", "--backend")):
         if message.startswith(field_name + ":"):
             return flag + message[len(field_name):]
     return message
@@ -276,6 +283,8 @@ def test_argv(args: argparse.Namespace, seed: int, name: str | None, test_count:
         parts += ["--name", name]
     if getattr(args, "sim", False):
         parts += ["--sim"]
+    if getattr(args, "backend", "local") != "local":
+        parts += ["--backend", args.backend]
     if getattr(args, "fault_schedule", None) is not None:
         parts += ["--fault-schedule", os.path.abspath(args.fault_schedule)]
     if args.results_dir != "results":
@@ -311,7 +320,10 @@ def handle(args: argparse.Namespace) -> int:
     except BadArgument as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_BAD_ARGUMENTS
-    if args.bootstrap_servers is None and specs[0].nemeses and specs[0].toxiproxy_url is None and not args.sim:
+    # The docker backend's nodes are isolated by their containers, and the harness must stay in
+    # the host's network to reach them over their bridge.
+    if (args.bootstrap_servers is None and specs[0].nemeses and specs[0].toxiproxy_url is None and not args.sim
+            and specs[0].backend == "local"):
         # Faults need the run (harness, clients, brokers) inside a private network namespace
         # that dies with it: re-run this exact command there, once arguments are known good.
         from nemeses.net.sandbox import NamespaceUnavailable, ensure_private_namespace

@@ -190,7 +190,10 @@ def build_packages(names: list[str], control: ClusterControl, options: object = 
             packages.append(PausePackage(control, opts))
         elif name == "partition":
             from nemeses.partition import PartitionPackage
-            packages.append(PartitionPackage(control, opts))
+            # A back end whose nodes are not in the run's namespace brings its own partitioner
+            # (cluster.docker_backend: nftables on the host's bridge).
+            own_partitioner = getattr(control, "network_partitioner", None)
+            packages.append(PartitionPackage(control, opts, partitioner=own_partitioner() if own_partitioner else None))
         elif name == "clock":
             from nemeses.clock import ClockPackage
             packages.append(ClockPackage(control, opts))

@@ -103,7 +103,10 @@ def run_suite(suite: Any, *, junit_copy: str | None = None, out: TextIO | None =
     summary = ", ".join(f"{n} {k}" for k, n in counts.items()) or "none run"
     print(f"{PROG}: {'interrupted; ' if interrupted else ''}{len(finished)} of {len(suite.runs)} test(s): {summary}; "
           f"exit {code}", file=out, flush=True)
-    print(f"{PROG}: index {suite_dir / 'index.html'}; junit {suite_dir / 'junit.xml'}", file=out, flush=True)
+    # Each run was checked as it finished (its verdict is reported live); all of them can be
+    # re-checked in one Spark job from the suite directory (harness/analyze.py).
+    print(f"{PROG}: index {suite_dir / 'index.html'}; junit {suite_dir / 'junit.xml'}; re-check every run in "
+          f"one Spark job: logquake analyze {suite_dir}", file=out, flush=True)
     return code
 
 

@@ -4,7 +4,8 @@ the minimal one as a run directory, and prints a command that reproduces that ru
 byte for byte; a second hunt replays the stored failure first; the default configuration
 survives the same search. Every example is a real simulated run checked by the real checkers
 (one Spark session); the counts (--max-examples, --max-shrinks) keep the hunts deterministic
-for their seed, and the wall budget is only a safety net."""
+for their seed, and the wall budget is only a safety net. Every switch of
+harness/hunt_switches.py, found and survived by the safe cluster: soak."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import EXIT_BAD_ARGUMENTS, main
+from harness.hunt_switches import SWITCH_HUNTS, without_switch
 
 # Short simulated runs: 2 s of main phase at 50 ops/s from 2 clients.
 SMALL = ["--nemesis", "kill", "--time-limit", "2", "--final-time-limit", "3", "--quiet-period", "0.5", "--rate", "50",
@@ -91,3 +93,17 @@ def test_bad_hunts_are_refused_by_name(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["hunt", *args, "--results-dir", str(tmp_path)]) == EXIT_BAD_ARGUMENTS
     assert says in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.soak
+@pytest.mark.parametrize("switch", sorted(SWITCH_HUNTS))
+def test_each_unsafe_switch_is_found_by_a_hunt_and_the_safe_cluster_survives_it(
+        switch: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Minutes per switch (bench/bench_hunt.py measures them): soak, not CI.
+    argv = [*SWITCH_HUNTS[switch], "--seed", "1", "--budget", "300", "--max-shrinks", "10", "--no-database"]
+    assert main(["hunt", *argv, "--results-dir", str(tmp_path / "unsafe")]) == 1, capsys.readouterr().out
+    (hunt_json,) = (tmp_path / "unsafe").glob("hunt/*/hunt.json")
+    assert json.loads(hunt_json.read_text())["replay_verdict"] is False
+    safe = [*without_switch(SWITCH_HUNTS[switch]), "--seed", "1", "--budget", "600", "--max-examples", "10",
+            "--no-database"]
+    assert main(["hunt", *safe, "--results-dir", str(tmp_path / "safe")]) == 0, capsys.readouterr().out

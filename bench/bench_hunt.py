@@ -1,0 +1,102 @@
+"""bench_hunt: wall time for `logquake hunt` to find and shrink each unsafe switch's failure.
+
+For each switch the simulation can show (its fault kinds and cluster settings below), the
+hunt runs once per seed in this process (no example database, so seeds do not share
+findings), and the bench prints, per seed, the wall seconds to the first invalid run, to the
+end of the shrink (search + shrink, without the final replay run), the simulated runs it
+took and the minimal schedule; then the medians. Spark starts once, untimed, before the
+first hunt (a hunt starts it once too: its time is printed separately). The load average is
+printed at the start and the end: the machine is shared, and a run's wall time follows it.
+
+    python -m bench.bench_hunt                     # every switch, seeds 1-5
+    python -m bench.bench_hunt --switch log.crash.lose.unflushed --seeds 3 --budget 120
+
+The switches and their hunts are in harness/hunt_switches.py (which says why the others
+are not there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from harness.hunt_switches import SWITCH_HUNTS as SWITCHES
+
+
+def load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def hunt_once(switch: str, seed: int, budget_s: float, max_shrinks: int | None) -> dict:
+    from harness.cli import main
+
+    with tempfile.TemporaryDirectory(prefix="bench-hunt-") as root:
+        argv = ["hunt", *SWITCHES[switch], "--seed", str(seed), "--budget", f"{budget_s:g}", "--no-database",
+                "--results-dir", root]
+        if max_shrinks is not None:
+            argv += ["--max-shrinks", str(max_shrinks)]
+        out = io.StringIO()
+        started = time.monotonic()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            code = main(argv)
+        wall_s = time.monotonic() - started
+        found = list(Path(root).glob("hunt/*/hunt.json"))
+        if not found:
+            return {"seed": seed, "code": code, "found": False, "wall_s": wall_s,
+                    "examples": out.getvalue().count("logquake hunt: #")}
+        info = json.loads(found[0].read_text())
+        return {"seed": seed, "code": code, "found": True, "first_failure_s": info["first_failure_s"],
+                "search_and_shrink_s": info["search_and_shrink_s"], "examples": info["examples"],
+                "first_failure_example": info["first_failure_example"], "wall_s": wall_s,
+                "minimal": info["faults"], "replay_verdict": info["replay_verdict"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--switch", action="append", choices=sorted(SWITCHES), help="only this switch (repeatable)")
+    parser.add_argument("--seeds", type=int, default=5, help="seeds 1..N per switch (default 5)")
+    parser.add_argument("--budget", type=float, default=120.0, help="each hunt's wall budget, s (default 120)")
+    parser.add_argument("--max-shrinks", type=int, default=None, help="cap the shrink by runs (default: the budget)")
+    args = parser.parse_args(argv)
+    print(f"load average at start: {load()}", flush=True)
+    from checkers.spark import make_spark
+
+    started = time.monotonic()
+    make_spark()
+    print(f"spark session started in {time.monotonic() - started:.1f} s (untimed below)", flush=True)
+    for switch in args.switch or list(SWITCHES):
+        rows = []
+        for seed in range(1, args.seeds + 1):
+            row = hunt_once(switch, seed, args.budget, args.max_shrinks)
+            rows.append(row)
+            if row["found"]:
+                minimal = "; ".join(f"{f['kind']}[{f['targets'] if isinstance(f['targets'], str) else ','.join(map(str, f['targets']))}] "
+                                    f"{f['start_s']:g}+{f['duration_s']:g}s" for f in row["minimal"])
+                print(f"{switch} seed {seed}: found after {row['first_failure_s']:.1f} s (run {row['first_failure_example']}), "
+                      f"found and shrunk in {row['search_and_shrink_s']:.1f} s ({row['examples']} runs), replay "
+                      f"{'invalid' if row['replay_verdict'] is False else row['replay_verdict']}; minimal: {minimal}; "
+                      f"load {load()}", flush=True)
+            else:
+                print(f"{switch} seed {seed}: NOT found within {args.budget:g} s ({row['examples']} runs, exit "
+                      f"{row['code']}); load {load()}", flush=True)
+        found = [r for r in rows if r["found"]]
+        if found:
+            print(f"{switch}: found {len(found)}/{len(rows)}; median to first failure "
+                  f"{statistics.median(r['first_failure_s'] for r in found):.1f} s, median to find and shrink "
+                  f"{statistics.median(r['search_and_shrink_s'] for r in found):.1f} s (goal <= 60 s)", flush=True)
+        else:
+            print(f"{switch}: found 0/{len(rows)}", flush=True)
+    print(f"load average at end: {load()}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,25 +1,25 @@
 """`logquake image build`: the container image the Docker back end runs nodes from.
 
 No image registry is reachable from the machines logquake runs on, and `docker pull` is never
-used: both layers are built here.
+used: every image is built here, in three tiers, each cached by the daemon under a tag that
+hashes what went into it.
 
-1. The base image, `logquake-base:<hash>`: a Debian bookworm minbase root file system made by
-   debootstrap from the Debian mirror (python3 and python3-venv included), stripped of apt's
-   package cache and documentation, and turned into an image with `docker import`. Its tag
-   hashes the suite, mirror and package list, so it is built once per machine (about a
-   minute) and kept by the daemon.
-2. The node image, `logquake-node:<hash>`: the base plus two layers staged on the host (no
-   RUN step: the containers on logquake's bridges have no route out, and with the vfs
-   storage driver every committed step copies the whole file system): the broker's
-   dependencies (kio, crc32c, libfaketime, pinned as in pyproject.toml) installed by the
-   host's pip for the image's CPython 3.11, and the source of the packages a node runs
-   (cluster/ and proxy/), compiled, on the image python's path through a .pth file. Its tag
-   hashes those sources, the pins and the recipe, so an unchanged tree reuses the image and
-   any change to them builds a new one (seconds: the dependency layer is Docker's cached
-   layer unless the pins change).
+1. `logquake-base:<hash>`: a Debian bookworm minbase root file system made by debootstrap from
+   the Debian mirror (python3 and python3-venv included), stripped of apt's package cache and
+   documentation, and turned into an image with `docker import`. The tag hashes the suite,
+   mirror and package list: built once per machine (about two minutes here).
+2. `logquake-deps:<hash>`: the base plus the broker's dependencies (kio, crc32c, libfaketime,
+   pinned as in pyproject.toml), installed by the host's pip for the image's CPython 3.11 and
+   copied in as one layer. The containers on logquake's bridges have no route out, so nothing
+   is installed inside the build (and no RUN step: with the vfs storage driver every
+   committed step copies the whole file system). Rebuilt only when the pins change.
+3. `logquake-node:<hash>`: the deps image plus the source of the packages a node runs
+   (cluster/ and proxy/), compiled, on the image python's path through a .pth file; one
+   layer. The tag hashes those sources: an unchanged tree reuses the image, an edited one
+   builds a new layer (seconds).
 
-Stale node images (other hashes) are removed after a build so the vfs storage driver, which
-copies every layer in full, does not fill the disk.
+Stale node images (other hashes) are removed after a build, so the images of every edit of
+the source do not pile up.
 """
 
 from __future__ import annotations
@@ -133,6 +133,20 @@ def _has_image(client: Any, tag: str) -> bool:
         return False
 
 
+def _unmount_below(root: Path) -> None:
+    """Lazily unmount whatever debootstrap left mounted inside `root` (its /proc and /sys
+    when it was interrupted), deepest first, so removing the directory never walks a live
+    /proc."""
+    prefix = str(root.resolve()) + "/"
+    try:
+        with open("/proc/self/mounts") as f:
+            points = [line.split()[1] for line in f if line.split()[1].startswith(prefix)]
+    except OSError:
+        return
+    for point in sorted(points, key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True, timeout=30)
+
+
 def build_base(client: Any, *, work_dir: Path, force: bool = False) -> ImageInfo:
     """Debootstrap + docker import, unless the base image exists."""
     tag = base_tag()
@@ -148,9 +162,12 @@ def build_base(client: Any, *, work_dir: Path, force: bool = False) -> ImageInfo
     root = work_dir / "rootfs"
     log_path = work_dir / "debootstrap.log"
     _log(f"debootstrap --variant=minbase {SUITE} from {MIRROR} into {root} (about a minute; log {log_path})")
-    with open(log_path, "wb") as log:
-        result = subprocess.run([debootstrap, "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", SUITE, str(root), MIRROR],
-                                stdout=log, stderr=subprocess.STDOUT, timeout=DEBOOTSTRAP_TIMEOUT_S)
+    try:
+        with open(log_path, "wb") as log:
+            result = subprocess.run([debootstrap, "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", SUITE, str(root),
+                                     MIRROR], stdout=log, stderr=subprocess.STDOUT, timeout=DEBOOTSTRAP_TIMEOUT_S)
+    finally:
+        _unmount_below(root)
     if result.returncode != 0:
         tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-15:])
         raise ImageError(f"debootstrap failed with status {result.returncode}:\n{tail}")

@@ -107,6 +107,27 @@ def test_kill_pause_and_partition_act_on_the_containers(docker_image, tmp_path):
     assert run_objects(client, run_id) == []
 
 
+def test_clock_skew_reaches_a_broker_inside_its_container(docker_image, tmp_path):
+    from cluster.control import BrokerClocks
+    from cluster.docker_backend import IMAGE_FAKETIME_LIBRARY, DockerCluster, DockerControl
+
+    client, image = docker_image
+    clocks = BrokerClocks(tmp_path / "clocks", library_path=IMAGE_FAKETIME_LIBRARY)
+    with DockerCluster(brokers=1, image=image, base_dir=tmp_path / "cluster", client=client, extra_env=clocks.extra_env,
+                       shared_dirs=[clocks.clock_dir], config={"offsets.topic.num.partitions": "1"}) as cluster:
+        control = DockerControl(cluster, clocks)
+        assert IMAGE_FAKETIME_LIBRARY in Path(f"/proc/{control.pid(0)}/maps").read_text()  # the broker runs under it
+        control.set_clock_offset(0, 3600.0)
+        container = client.containers.get(cluster.container_name(0))
+        # a process started in the broker's container gets its environment: its wall clock is the broker's
+        code, output = container.exec_run(["python3", "-c", "import time; print(time.time())"])
+        assert code == 0, output
+        assert 3590 < float(output.decode().split()[-1]) - time.time() < 3610
+        control.set_clock_offset(0, 0.0)
+        code, output = container.exec_run(["python3", "-c", "import time; print(time.time())"])
+        assert abs(float(output.decode().split()[-1]) - time.time()) < 10
+
+
 def docker_run_command(results: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "harness.testcmd", "--backend", "docker", "--workload", "queue", "--brokers", "3",
             "--nemesis", "kill,pause,partition", "--nemesis-interval", "2", "--seed", "17",

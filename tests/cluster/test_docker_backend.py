@@ -77,6 +77,8 @@ def test_kill_pause_and_partition_act_on_the_containers(docker_image, tmp_path):
         partitioner = control.network_partitioner()
         partitioner.apply(blocked=[(b0.host, b1.host)])
         assert partitioner.current() == ({(b0.host, b1.host)}, set())
+        with pytest.raises(ValueError, match="not on the run's network"):
+            partitioner.apply(blocked=[("127.0.0.1", b1.host)])  # only the run's own containers are ever cut
         assert not connects(b0.pid, b1.host, b1.port)
         assert not connects(b1.pid, b0.host, b0.port)
         assert connects(b0.pid, cluster.controller.host, cluster.controller.port)
@@ -177,6 +179,31 @@ def test_an_interrupted_or_killed_docker_run_leaves_nothing_behind(docker_image,
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_sweep_removes_the_objects_of_runs_whose_owner_is_gone_and_keeps_live_ones(docker_image, capsys):
+    import docker.types
+
+    from cluster.docker_backend import LABEL_OWNER_PID, LABEL_RUN, NETWORK_PREFIX, run_objects, sweep_stale
+    from harness.cli import main
+
+    client, image = docker_image
+    assert main(["image", "tag"]) == 0 and capsys.readouterr().out.strip() == image  # the tree's image is the one built
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid that no longer runs
+    made = {}
+    for name, owner in (("deadbeef0001", gone.pid), ("deadbeef0002", os.getpid())):
+        made[name] = client.networks.create(NETWORK_PREFIX + name, driver="bridge",
+                                            labels={LABEL_RUN: name, LABEL_OWNER_PID: str(owner)},
+                                            ipam=docker.types.IPAMConfig(pool_configs=[]))
+    try:
+        removed = sweep_stale(client)
+        assert f"network {NETWORK_PREFIX}deadbeef0001" in removed
+        assert run_objects(client, "deadbeef0001") == []
+        assert run_objects(client, "deadbeef0002") == [f"network {NETWORK_PREFIX}deadbeef0002"]
+    finally:
+        for network in client.networks.list(names=[NETWORK_PREFIX + n for n in made]):
+            network.remove()
 
 
 def test_the_docker_backend_refuses_what_it_cannot_do(capsys):

@@ -107,3 +107,22 @@ def test_each_unsafe_switch_is_found_by_a_hunt_and_the_safe_cluster_survives_it(
     safe = [*without_switch(SWITCH_HUNTS[switch]), "--seed", "1", "--budget", "600", "--max-examples", "10",
             "--no-database"]
     assert main(["hunt", *safe, "--results-dir", str(tmp_path / "safe")]) == 0, capsys.readouterr().out
+
+
+@pytest.mark.parametrize("content, args, says", [
+    ('{"ops": []}', [], "--fault-schedule needs --sim"),
+    ('[{"at_s": 1, "f": "start-pause", "value": {"targets": "nodes", "nodes": [0]}}]', ["--sim", "--nemesis", "kill"],
+     "uses pause: add it to --nemesis"),
+    ('{"ops": [{"f": "start-kill"}]}', ["--sim", "--nemesis", "kill"], "op 0: a fault op is"),
+    ('not json', ["--sim", "--nemesis", "kill"], "not JSON"),
+    ('{"faults": []}', ["--sim", "--nemesis", "kill"], "an object with an 'ops' list"),
+])
+def test_a_bad_fault_schedule_file_is_refused_by_name(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str,
+                                                      args: list[str], says: str) -> None:
+    path = tmp_path / "schedule.json"
+    path.write_text(content)
+    results = tmp_path / "results"
+    assert main(["test", *args, "--fault-schedule", str(path), "--seed", "1", "--results-dir", str(results)]) == \
+        EXIT_BAD_ARGUMENTS
+    assert says in capsys.readouterr().err
+    assert not results.exists()

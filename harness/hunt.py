@@ -104,7 +104,7 @@ class Hunt:
         self.max_shrinks = max_shrinks
         self.out = out if out is not None else sys.stdout
         self.tally = Tally()
-        self.verdicts: dict[tuple, Any] = {}
+        self.verdicts: dict[str, Any] = {}
 
     def out_of_budget(self) -> bool:
         if self.max_shrinks is not None and self.tally.first_failure_example is not None:
@@ -112,14 +112,22 @@ class Hunt:
                 return True
         return time.monotonic() >= self.deadline_s
 
+    def key(self, schedule: tuple) -> str:
+        """Schedules with the same ops are the same run (a fault cut to nothing by the next
+        of its kind, two kills of one broker set at one instant): one run for all of them."""
+        from logquake.strategies import ops
+
+        return json.dumps(ops(schedule, self.spec.brokers, self.spec.time_limit_s), sort_keys=True)
+
     def fails(self, schedule: tuple) -> bool:
         """True when the simulated run with this schedule is checked invalid."""
-        if schedule in self.verdicts:
-            return self.verdicts[schedule] is False
+        key = self.key(schedule)
+        if key in self.verdicts:
+            return self.verdicts[key] is False
         if self.out_of_budget():
             return False  # not run: treated as passing, which ends the search and the shrink
         valid = self.judge(schedule)
-        self.verdicts[schedule] = valid
+        self.verdicts[key] = valid
         if valid is False:
             self.tally.invalid += 1
             if self.tally.first_failure_s is None:

@@ -14,7 +14,8 @@ A hunt is deterministic for its seed unless the budget cuts it short (the budget
 time; `--max-examples` bounds it by count instead).
 
 Exit codes as `logquake test`: 1 a failure found (and replayed invalid), 0 the budget spent
-with none, 2 the replay's verdict unknown, 254 bad arguments, 255 a harness error.
+with none, 2 the replay's verdict unknown or valid (not reproduced), 254 bad arguments, 255 a
+harness error.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from typing import Any
 from harness.cli import EXIT_BAD_ARGUMENTS, EXIT_HARNESS_ERROR
 
 PROG = "logquake hunt"
+EXIT_UNKNOWN = 2
 DB_DIR = "hunt-db"
 SCRATCH_DIR = "hunt-scratch"
 DEFAULT_BUDGET_S = 600.0
@@ -297,6 +299,8 @@ def handle(args: argparse.Namespace) -> int:
         return EXIT_HARNESS_ERROR
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            (results / SCRATCH_DIR).rmdir()  # only when no other hunt is using it
     tally = hunt.tally
     elapsed_s = tally.search_wall_s = time.monotonic() - tally.started_s
     summary = (f"{tally.examples} simulated runs in {elapsed_s:.1f} s ({tally.check_wall_s:.1f} s checking), "
@@ -354,9 +358,11 @@ def replay(args: argparse.Namespace, spec: Any, seed: int, kinds: list[str], min
     (hunt_dir / "hunt.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     print(f"{PROG}: {summary}; minimal run in {run_dir}", flush=True)
     print(f"{PROG}: replay the minimal failure with: {command}", flush=True)
-    if valid is not False and code not in (EXIT_HARNESS_ERROR, 130):
-        print(f"{PROG}: the replay of the minimal schedule was not invalid ({valid}): the failure did not reproduce",
-              file=sys.stderr)
+    if valid is True:
+        # A seeded simulation replays exactly, so this is a bug of ours, not a finding: the
+        # verdict is unknown rather than "no failure" (0).
+        print(f"{PROG}: the replay of the minimal schedule was valid: the failure did not reproduce", file=sys.stderr)
+        return EXIT_UNKNOWN
     return code
 
 

@@ -18,6 +18,10 @@ What the simulation does for each:
   every message in that direction: the simulated network has no TCP segments.
 - clock: the broker's wall clock moves (`SimCluster.skew_clock`); its timers do not.
   A strobe flips it on the simulation's timeline instead of a thread (`SimClockPackage`).
+- disk: the broker's FaultyDisk (the same wrapper a broker process runs on) fails fsyncs
+  (EIO), refuses space (ENOSPC) or stalls each fsync for simulated time; a torn crash tears
+  the unflushed tails with the simulation's seeded generator and powers the broker off. A
+  broker whose log directory failed halts and its process ends, as a real one exits 1.
 
 There are no processes: `pid` is None. The leaders and ISRs the nemeses read come from the
 metadata image of the first running, unpaused broker, as the real control reads them from
@@ -32,13 +36,14 @@ from typing import Any
 
 from cluster.control import ControlError, PartitionStatus, TopicPartition, format_clock_offset
 from cluster.sim.cluster import CONTROLLER_HOST, SimCluster, broker_host
+from cluster.storage.faulty_disk import DiskFaults
 from nemeses.base import NemesisError, NemesisOptions, build_packages
 from nemeses.clock import ClockPackage
 from nemeses.link_faults import LINK_FAULT_NAMES
 
 # The packages a simulated run performs. The scripted ones (brokers-down,
 # lone-leader-crash) run their script on the simulation's loop (`invoke_async`).
-SIMULATED: tuple[str, ...] = ("kill", "pause", "partition", "clock", "brokers-down", "lone-leader-crash")
+SIMULATED: tuple[str, ...] = ("kill", "pause", "partition", "clock", "brokers-down", "lone-leader-crash", "disk")
 # Message faults on the simulated network's links, over the SimControl's SimCluster.
 SIMULATED += LINK_FAULT_NAMES
 
@@ -61,6 +66,8 @@ class SimControl:
         self.schedule = schedule
         self.lose_unflushed = all(sim.broker_config(b).log_crash_lose_unflushed for b in sim.broker_ids)
         self._offsets_s: dict[int, float] = {}
+        # How many halts each broker had when it last started: a later one is this incarnation's.
+        self._halts_at_start: dict[int, int] = {}
 
     # addresses
     @property
@@ -99,6 +106,7 @@ class SimControl:
     def start(self, broker_id: int) -> int | None:
         self._check(broker_id)
         if not self.sim.is_running(broker_id):
+            self._halts_at_start[broker_id] = len(self.sim.halts(broker_id))
             self.sim.start_broker(broker_id)
         return None
 
@@ -128,6 +136,41 @@ class SimControl:
     def clock_offset(self, broker_id: int) -> float:
         self._check(broker_id)
         return self._offsets_s.get(broker_id, 0.0)
+
+    # disks (ClusterControl's disk door, over the simulated broker's FaultyDisk)
+    def set_disk_faults(self, broker_id: int, *, fsync_errno: str | int | None = None,
+                        write_errno: str | int | None = None, fsync_delay_ms: int = 0) -> dict:
+        self._check(broker_id)
+        if not self.sim.is_running(broker_id):
+            raise ControlError(f"broker {broker_id} is not running: no disk to fault")
+        disk = self.sim.faulty_disk(broker_id)
+        # As the real door's `set`: these faults replace the ones in force.
+        disk.set_faults(DiskFaults(fsync_errno=fsync_errno, write_errno=write_errno, fsync_delay_ms=fsync_delay_ms))
+        return {"faults": disk.faults.to_json(), "counts": disk.counts.to_json()}
+
+    def clear_disk_faults(self, broker_id: int) -> dict | None:
+        self._check(broker_id)
+        if not self.sim.is_running(broker_id):
+            return None
+        disk = self.sim.faulty_disk(broker_id)
+        self.sim.clear_disk_faults(broker_id)
+        return {"faults": disk.faults.to_json(), "counts": disk.counts.to_json()}
+
+    def crash_torn(self, broker_id: int, *, seed: int, corrupt: bool = True) -> dict:
+        """Power loss. The tails are torn with the simulation's own seeded generator, not
+        `seed`: the simulation draws everything from its seed, so a replay tears alike."""
+        self._check(broker_id)
+        if not self.sim.is_running(broker_id):
+            raise ControlError(f"broker {broker_id} is not running: no disk to fault")
+        torn = self.sim.crash_torn(broker_id, corrupt=corrupt)
+        return {"torn": [t.to_json() for t in torn]}
+
+    def disk_halt(self, broker_id: int) -> dict | None:
+        self._check(broker_id)
+        halts = self.sim.halts(broker_id)
+        if self.sim.is_running(broker_id) or len(halts) <= self._halts_at_start.get(broker_id, 0):
+            return None
+        return {"reason": halts[-1], "counts": None}
 
     # metadata
     def leaders(self, topics: Iterable[str] | None = None, **_: Any) -> dict[TopicPartition, int]:

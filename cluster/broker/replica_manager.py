@@ -229,7 +229,17 @@ class ReplicaManager:
                                                             high_watermark=self._checkpointed_high_watermark(tp))
                 partition.marker_listener = self._marker_replicated
                 partition.replica_alive = self._broker_alive
-            role = partition.apply_state(state, now_ms)
+            try:
+                role = partition.apply_state(state, now_ms)
+            except OSError as error:
+                if not is_disk_failure(error):
+                    raise
+                # As Kafka's applyDelta skips a partition whose replica is offline from a storage
+                # error: the failed directory has been reported and takes every partition offline.
+                log.error("%s: cannot apply leader epoch %d: %s", tp, state.leader_epoch, error)
+                if self.offline:
+                    return changes
+                continue
             if role == LEADER:
                 changes.became_leader.append(tp)
                 if state.leader_recovering:

@@ -182,3 +182,24 @@ def test_a_leader_restarted_at_once_after_power_loss_never_leads_its_old_epoch_a
         acked.append(value)
     wait_isr(sim, next(b for b in sim.broker_ids if b != leader), {0, 1, 2})
     assert_acked_kept(values(sim, 0), acked)
+
+
+def test_a_full_disk_met_while_becoming_leader_halts_the_broker_instead_of_escaping_the_core() -> None:
+    # The become-leader step writes the leader-epoch checkpoint. Found by `logquake test --sim
+    # --nemesis disk --seed 3`: its ENOSPC escaped the metadata callback and ended the whole
+    # simulation (in a broker process, the exception reached the event loop). Kafka's
+    # applyDelta skips a partition whose replica went offline from a storage error.
+    sim = started(seed=5)
+    leader = wait_leader(sim, 0)
+    heir, other = [b for b in sim.broker_ids if b != leader]
+    produce_acked(sim, [b"before"])
+    sim.fail_writes(heir, "ENOSPC")
+    sim.kill(other)
+    sim.kill(leader)  # the heir is the only live in-sync replica: the controller elects it
+    sim.run_until(lambda: not sim.is_running(heir), 10_000, what="the heir halting on its full disk")
+    assert "No space left on device" in sim.halts(heir)[0] and "leader-epoch-checkpoint" in sim.halts(heir)[0]
+    sim.start_broker(leader)
+    sim.start_broker(other)
+    sim.start_broker(heir)
+    wait_isr(sim, leader, {0, 1, 2})
+    assert b"before" in values(sim, leader)

@@ -32,7 +32,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 from harness.generator.core import (
     NEMESIS_THREAD,
@@ -46,6 +46,7 @@ from harness.generator.core import (
     lift,
 )
 from harness.history import HistoryWriter, Op
+from harness.op_recorder import OpRecorder
 
 PENDING_POLL_S = 0.002  # how often a pending generator is asked again when nothing is in flight
 MAX_WAIT_S = 0.1  # never block longer than this, so a stop request is seen promptly
@@ -147,7 +148,7 @@ class _Worker:
             closer.join(max(0.0, deadline - time.monotonic()))
 
 
-class Interpreter:
+class Interpreter(OpRecorder):
     def __init__(self, *, concurrency: int, open_client: Callable[[int], Client], history: HistoryWriter,
                  nemesis: Client | None = None, log: logging.Logger | None = None,
                  on_op: Callable[[Op], None] | None = None, start_ns: int | None = None,
@@ -178,18 +179,6 @@ class Interpreter:
     def _new_worker(self, thread: Thread) -> _Worker:
         opener = (lambda process: self._nemesis) if thread == NEMESIS_THREAD else self._open_client
         return _Worker(thread, opener, self._done, self.now_ns, self._stopping_workers, self.log)
-
-    def record(self, type_: str, process: int | str, f: str, value: Any, *, time_ns: int, error: Any = None,
-               extra: Mapping[str, Any] | None = None) -> Event:
-        # The op owns a fresh dict: callers' mappings (an invocation's extra) stay untouched.
-        op = Op(self._index, time_ns, type_, process, f, value, error, dict(extra) if extra else {})
-        self._index += 1
-        self.history.append(op)
-        if process == NEMESIS_THREAD:
-            self.history.flush()  # fault boundaries are on disk before the fault acts
-        if self.on_op is not None:
-            self.on_op(op)
-        return Event(type_, process, f, value, time_ns, error, op.extra)
 
     # -- control
     def stop(self) -> None:
@@ -283,22 +272,6 @@ class Interpreter:
             return gen_
         return self._record_completion(gen_, done.thread, done.invocation, done.completion, done.time_ns)
 
-    def _record_completion(self, gen_: Any, thread: Thread, invocation: Invocation, completion: Completion,
-                           time_ns: int) -> Any:
-        type_ = completion.type
-        if thread == NEMESIS_THREAD:
-            type_ = "info"  # nemesis ops are info on both invocation and completion (Jepsen)
-        extra: Mapping[str, Any] = invocation.extra
-        if completion.extra or completion.end_process:
-            extra = {**invocation.extra, **completion.extra}
-            if completion.end_process:
-                extra["end_process"] = True
-        event = self.record(type_, invocation.process, invocation.f, completion.value, time_ns=time_ns,
-                            error=completion.error, extra=extra)
-        if completion.retires_process and thread != NEMESIS_THREAD:
-            self.ctx = self.ctx.retire(thread)
-        return gen_.update(self.ctx, event)
-
     def _expire_stuck(self, gen_: Any) -> Any:
         now = time.monotonic()
         self._next_expiry_check = now + EXPIRY_CHECK_S
@@ -325,19 +298,6 @@ class Interpreter:
         if op.kind != "client":
             return gen_
         return self._record_completion(gen_, thread, op, Completion("info", None, error=reason), self.now_ns())
-
-    def record_nemesis(self, f: str, value: Any, action: Callable[[], Any], *, extra: dict | None = None) -> Any:
-        """Run a fault action in this thread (the heal phase) and record it like any nemesis op."""
-        self.record("info", NEMESIS_THREAD, f, value, time_ns=self.now_ns(), extra=extra)
-        error = None
-        result = None
-        try:
-            result = action()
-        except Exception as exc:
-            error = ["exception", f"{type(exc).__name__}: {exc}"]
-            self.log.error("nemesis %s failed: %s\n%s", f, exc, traceback.format_exc())
-        self.record("info", NEMESIS_THREAD, f, result, time_ns=self.now_ns(), error=error, extra=extra)
-        return result
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Complete anything outstanding as info, then close every client."""

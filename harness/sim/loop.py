@@ -28,11 +28,12 @@ import logging
 import traceback
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
-from harness.generator.core import NEMESIS_THREAD, PENDING, Completion, Context, Event, GeneratorLike, Invocation, Thread, lift
+from harness.generator.core import NEMESIS_THREAD, PENDING, Completion, Context, GeneratorLike, Invocation, Thread, lift
 from harness.history import HistoryWriter, Op
 from harness.interpreter import MAX_WAIT_S, PENDING_POLL_S
+from harness.op_recorder import OpRecorder
 
 NS_PER_S = 1_000_000_000
 
@@ -52,7 +53,7 @@ class _Outstanding:
     started_ns: int
 
 
-class SimInterpreter:
+class SimInterpreter(OpRecorder):
     """`open_client(process)` makes a client whose `invoke` and `close` are coroutines;
     `nemesis.invoke(invocation)` returns a Completion, or an awaitable of one (a fault
     that takes time); `clock_ns()` is the simulation's monotonic clock."""
@@ -81,17 +82,6 @@ class SimInterpreter:
     # -- time and recording
     def now_ns(self) -> int:
         return self._clock_ns() - self.start_ns
-
-    def record(self, type_: str, process: int | str, f: str, value: Any, *, time_ns: int, error: Any = None,
-               extra: Mapping[str, Any] | None = None) -> Event:
-        op = Op(self._index, time_ns, type_, process, f, value, error, dict(extra) if extra else {})
-        self._index += 1
-        self.history.append(op)
-        if process == NEMESIS_THREAD:
-            self.history.flush()
-        if self.on_op is not None:
-            self.on_op(op)
-        return Event(type_, process, f, value, time_ns, error, op.extra)
 
     def stop(self) -> None:
         """Stop generating; outstanding ops get their completions (or info) and run() returns."""
@@ -246,20 +236,6 @@ class SimInterpreter:
                 gen_ = self._record_completion(gen_, done.thread, done.invocation, done.completion, done.time_ns)
         return gen_
 
-    def _record_completion(self, gen_: Any, thread: Thread, invocation: Invocation, completion: Completion,
-                           time_ns: int) -> Any:
-        type_ = "info" if thread == NEMESIS_THREAD else completion.type
-        extra: Mapping[str, Any] = invocation.extra
-        if completion.extra or completion.end_process:
-            extra = {**invocation.extra, **completion.extra}
-            if completion.end_process:
-                extra["end_process"] = True
-        event = self.record(type_, invocation.process, invocation.f, completion.value, time_ns=time_ns,
-                            error=completion.error, extra=extra)
-        if completion.retires_process and thread != NEMESIS_THREAD:
-            self.ctx = self.ctx.retire(thread)
-        return gen_.update(self.ctx, event)
-
     def _expire_stuck(self, gen_: Any) -> Any:
         now = self.now_ns()
         for thread, outstanding in sorted(self._outstanding.items(), key=lambda item: str(item[0])):
@@ -288,19 +264,6 @@ class SimInterpreter:
         if op.kind != "client":
             return gen_
         return self._record_completion(gen_, thread, op, Completion("info", None, error=reason), self.now_ns())
-
-    def record_nemesis(self, f: str, value: Any, action: Callable[[], Any], *, extra: dict | None = None) -> Any:
-        """Run a fault action now (the heal phase) and record it like any nemesis op."""
-        self.record("info", NEMESIS_THREAD, f, value, time_ns=self.now_ns(), extra=extra)
-        error = None
-        result = None
-        try:
-            result = action()
-        except Exception as exc:
-            error = ["exception", f"{type(exc).__name__}: {exc}"]
-            self.log.error("nemesis %s failed: %s\n%s", f, exc, traceback.format_exc())
-        self.record("info", NEMESIS_THREAD, f, result, time_ns=self.now_ns(), error=error, extra=extra)
-        return result
 
     async def close(self, timeout_s: float = 10.0) -> None:
         """Complete anything outstanding as info, then close every client (each within

@@ -233,7 +233,7 @@ def logquake_nft_tables() -> list[str]:
 def remove_run(client: Any, run_id: str) -> list[str]:
     """Remove every container, network and nft table of run `run_id`; returns what went."""
     removed = []
-    for container in client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run_id}"}):
+    for container in client.containers.list(all=True, ignore_removed=True, filters={"label": f"{LABEL_RUN}={run_id}"}):
         try:
             container.remove(force=True, v=True)
             removed.append(f"container {container.name}")
@@ -260,10 +260,12 @@ def remove_run(client: Any, run_id: str) -> list[str]:
 
 def sweep_stale(client: Any) -> list[str]:
     """Remove the objects of every logquake run whose owner process is gone (a harness
-    killed outright, a crash); runs whose owner still runs are left alone."""
+    killed outright, a crash); runs whose owner still runs are left alone. Lists skip a
+    container removed between listing and inspecting it (`ignore_removed`): another run on
+    the same daemon may be tearing down meanwhile (docker-py raises NotFound otherwise)."""
     runs: set[str] = set()
     live: set[str] = set()
-    for kind in (client.containers.list(all=True, filters={"label": LABEL_RUN}), client.networks.list(filters={"label": LABEL_RUN})):
+    for kind in (client.containers.list(all=True, ignore_removed=True, filters={"label": LABEL_RUN}), client.networks.list(filters={"label": LABEL_RUN})):
         for obj in kind:
             labels = obj.attrs.get("Labels") or obj.attrs.get("Config", {}).get("Labels") or {}
             run_id = labels.get(LABEL_RUN)
@@ -289,7 +291,7 @@ def sweep_stale(client: Any) -> list[str]:
 
 def run_objects(client: Any, run_id: str) -> list[str]:
     """What of run `run_id` still exists (containers, networks, volumes, nft table)."""
-    found = [f"container {c.name}" for c in client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run_id}"})]
+    found = [f"container {c.name}" for c in client.containers.list(all=True, ignore_removed=True, filters={"label": f"{LABEL_RUN}={run_id}"})]
     found += [f"network {n.name}" for n in client.networks.list(filters={"label": f"{LABEL_RUN}={run_id}"})]
     found += [f"volume {v.name}" for v in client.volumes.list(filters={"label": f"{LABEL_RUN}={run_id}"})]
     if NFT_TABLE_PREFIX + run_id in logquake_nft_tables():

@@ -45,7 +45,7 @@ def logquake_objects(client, owner_pid=None):
     from cluster.docker_backend import LABEL_OWNER_PID, LABEL_RUN
 
     label = f"{LABEL_OWNER_PID}={owner_pid}" if owner_pid is not None else LABEL_RUN
-    found = [f"container {c.name}" for c in client.containers.list(all=True, filters={"label": label})]
+    found = [f"container {c.name}" for c in client.containers.list(all=True, ignore_removed=True, filters={"label": label})]
     found += [f"network {n.name}" for n in client.networks.list(filters={"label": label})]
     return found
 

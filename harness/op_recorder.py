@@ -13,6 +13,7 @@ threaded loop (`harness.interpreter.Interpreter`) and the simulated one
 
 from __future__ import annotations
 
+import abc
 import logging
 import traceback
 from typing import Any, Callable, Mapping
@@ -21,7 +22,7 @@ from harness.generator.core import NEMESIS_THREAD, Completion, Context, Event, I
 from harness.history import HistoryWriter, Op
 
 
-class OpRecorder:
+class OpRecorder(abc.ABC):
     """Mixin: the loop sets `history`, `log`, `on_op`, `ctx` and `_index`, and gives `now_ns()`."""
 
     history: HistoryWriter
@@ -30,8 +31,9 @@ class OpRecorder:
     ctx: Context
     _index: int
 
+    @abc.abstractmethod
     def now_ns(self) -> int:
-        raise NotImplementedError  # each loop has its own clock (monotonic or virtual)
+        """Nanoseconds since the run opened, on the loop's own clock (monotonic or virtual)."""
 
     def record(self, type_: str, process: int | str, f: str, value: Any, *, time_ns: int, error: Any = None,
                extra: Mapping[str, Any] | None = None) -> Event:

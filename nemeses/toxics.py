@@ -22,6 +22,7 @@ too). The package records each op's links and toxic in the history.
 
 from __future__ import annotations
 
+import abc
 import random
 import re
 import threading
@@ -157,7 +158,7 @@ def choose_links(target: str, links: Sequence[Link], kinds: Sequence[str], broke
     return value
 
 
-class ToxicPackage:
+class ToxicPackage(abc.ABC):
     """A package whose fault is one kind of toxic on the chosen links; subclasses say which
     toxic each fault adds (`draw_toxic`, seeded at schedule time)."""
 
@@ -174,9 +175,9 @@ class ToxicPackage:
 
     # -- the schedule -------------------------------------------------------------------
 
+    @abc.abstractmethod
     def draw_toxic(self, rng: random.Random) -> dict[str, Any]:
-        """{"type": ..., "attributes": {...}, "toxicity": p} for one fault."""
-        raise NotImplementedError
+        """{"type": ..., "attributes": {...}, "toxicity": p} for one fault (each package its own)."""
 
     def schedule(self, rng: random.Random) -> Iterator[dict]:
         def starts() -> Iterator[dict]:

@@ -133,7 +133,8 @@ class BrokerClocks:
     ever reads a half-written, unparsable file."""
 
     def __init__(self, clock_dir: str | os.PathLike[str], *, library_path: str | None = None) -> None:
-        self.clock_dir = Path(clock_dir)
+        # Absolute: the brokers' libfaketime reads it from their own working directory.
+        self.clock_dir = Path(clock_dir).resolve()
         self.clock_dir.mkdir(parents=True, exist_ok=True)
         self.library_path = library_path or faketime_library_path()
         self._offsets_s: dict[int, float] = {}

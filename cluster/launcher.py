@@ -161,7 +161,7 @@ class LocalCluster:
         if brokers > MAX_BROKERS:
             raise ValueError(f"{brokers} brokers requested; the bundled cluster runs at most {MAX_BROKERS} (addresses 127.0.0.10-{FIRST_HOST_OCTET + MAX_BROKERS - 1})")
         self._own_base_dir = base_dir is None
-        self.base_dir = str(base_dir) if base_dir is not None else tempfile.mkdtemp(prefix="logquake-cluster-")
+        self.base_dir = os.path.abspath(base_dir) if base_dir is not None else tempfile.mkdtemp(prefix="logquake-cluster-")
         os.makedirs(self.base_dir, exist_ok=True)
         # __consumer_offsets and __transaction_state cannot have more replicas than there are
         # brokers, nor a min ISR larger than that.

@@ -74,6 +74,17 @@ def test_teardown_leaves_no_process(tmp_path) -> None:
     assert not os.path.exists(f"/proc/{pid}") or _state(pid) == "Z"
 
 
+def test_a_relative_base_dir_works_from_any_working_directory(tmp_path, monkeypatch) -> None:
+    # The processes run in the project's directory: a relative base dir given from elsewhere
+    # (`logquake test` started outside the checkout writes results/... relative to its own
+    # directory) once made the controller write its ready file where the launcher never looked.
+    monkeypatch.chdir(tmp_path)
+    with LocalCluster(base_dir="relative/c", config={"offsets.topic.num.partitions": "1"}) as cluster:
+        assert cluster.base_dir == str(tmp_path / "relative" / "c")
+        probe(cluster.brokers[0].host, cluster.brokers[0].port)
+    assert (tmp_path / "relative" / "c" / "controller.log").stat().st_size > 0
+
+
 def test_bad_config_is_a_start_error_with_the_broker_output(tmp_path) -> None:
     with pytest.raises(BrokerStartError, match=r"num.partitions='zero': not an integer"):
         with LocalCluster(base_dir=tmp_path / "c", config={"num.partitions": "zero"}):

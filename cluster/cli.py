@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from kio.index import EntityType
 
 from cluster.config import parse_assignments
+from cluster.control import pid_running
 from cluster.launcher import CONTROLLER_NODE_ID, MAX_BROKERS, BrokerStartError, LocalCluster
 from cluster.protocol.client import ProtocolClientError, WireClient
 from cluster.protocol.codec import payload_class
@@ -110,20 +111,6 @@ def _read_state(data_dir: str) -> list[BrokerRecord] | None:
         raise ValueError(f"{path}: not a cluster state file ({error})") from None
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ")[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def _start(args: argparse.Namespace) -> int:
     if args.brokers < 1 or args.brokers > MAX_BROKERS:
         return _fail(f"--brokers {args.brokers}: must lie in 1-{MAX_BROKERS}", EXIT_BAD_ARGUMENTS)
@@ -136,7 +123,7 @@ def _start(args: argparse.Namespace) -> int:
         existing = _read_state(data_dir)
     except ValueError as error:
         return _fail(str(error), EXIT_FAILED)
-    if existing and any(_pid_alive(b.pid) for b in existing):
+    if existing and any(pid_running(b.pid) for b in existing):
         return _fail(f"a cluster is already running from {data_dir}; stop it first", EXIT_FAILED)
     cluster = LocalCluster(args.brokers, base_dir=data_dir, config=config, port=args.port, die_with_parent=False)
     try:
@@ -182,13 +169,13 @@ def _stop(args: argparse.Namespace) -> int:
 def _stop_one(data_dir: str, record: BrokerRecord, timeout_s: float = 30.0) -> str:
     pid_file = os.path.join(data_dir, _pid_file_name(record))
     try:
-        if not _pid_alive(record.pid):
+        if not pid_running(record.pid):
             return f"{record.name}: not running"
         os.kill(record.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
-        while _pid_alive(record.pid) and time.monotonic() < deadline:
+        while pid_running(record.pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        if _pid_alive(record.pid):
+        if pid_running(record.pid):
             os.kill(record.pid, signal.SIGKILL)
             return f"{record.name}: killed (pid {record.pid}) after {timeout_s:.0f} s"
         return f"{record.name}: stopped (pid {record.pid})"
@@ -204,7 +191,7 @@ def _partition_rows(brokers: list[BrokerRecord]) -> list[PartitionRow]:
     metadata = None
     errors = []
     for record in brokers:
-        if not _pid_alive(record.pid):
+        if not pid_running(record.pid):
             continue
         try:
             with WireClient(record.host, record.port) as client:
@@ -225,7 +212,7 @@ def _partition_rows(brokers: list[BrokerRecord]) -> list[PartitionRow]:
             continue
         client = None
         try:
-            if _pid_alive(record.pid):
+            if pid_running(record.pid):
                 client = WireClient(record.host, record.port)
             for row in mine:
                 leo = hwm = None
@@ -287,7 +274,7 @@ def _status(args: argparse.Namespace) -> int:
         return _fail(f"no cluster state in {data_dir}", EXIT_FAILED)
     all_alive = True
     for record in records:
-        alive = _pid_alive(record.pid)
+        alive = pid_running(record.pid)
         all_alive &= alive
         print(f"{record.name:<11} pid {record.pid:<7} {record.host}:{record.port:<6} {'alive' if alive else 'DOWN':<5}  log {record.log_path}")
     brokers = [r for r in records if r.broker_id != CONTROLLER_NODE_ID]

@@ -453,7 +453,7 @@ class ClusterControl:
             spawner.shutdown(wait=True)
         for broker_id in self.broker_ids:
             self._note_pid(broker_id)
-        dead = [pid for pid in self.pids_seen if not _pid_running(pid)]
+        dead = [pid for pid in self.pids_seen if not pid_running(pid)]
         return remove_faketime_shm(dead)
 
 
@@ -481,7 +481,8 @@ def _process_state(pid: int) -> str | None:
         return None
 
 
-def _pid_running(pid: int) -> bool:
+def pid_running(pid: int) -> bool:
+    """Whether process `pid` runs (exists and is not a zombie)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

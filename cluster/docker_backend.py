@@ -53,7 +53,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from cluster.control import ClusterControl
+from cluster.control import ClusterControl, pid_running
 from cluster.launcher import (CONTROLLER_NODE_ID, FIRST_HOST_OCTET, MAX_BROKERS, BrokerProcess, BrokerStartError,
                               probe, probe_controller)
 from cluster.protocol.client import ProtocolClientError
@@ -108,20 +108,6 @@ def docker_client() -> Any:
             problems.append(f"{base_url}: {exc}")
     raise DockerUnavailable("no Docker daemon answers (" + "; ".join(problems) + "): run scripts/ensure-docker, which "
                             "installs docker.io and starts a private daemon (scripts/ensure-docker stop ends it)")
-
-
-def _pid_running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 # -- partitions -------------------------------------------------------------------------
@@ -273,7 +259,7 @@ def sweep_stale(client: Any) -> list[str]:
                 continue
             runs.add(run_id)
             try:
-                if _pid_running(int(labels.get(LABEL_OWNER_PID, "0"))):
+                if pid_running(int(labels.get(LABEL_OWNER_PID, "0"))):
                     live.add(run_id)
             except ValueError:
                 pass
@@ -312,7 +298,7 @@ def _start_reaper(run_id: str, owner_pid: int) -> subprocess.Popen[bytes]:
 
 def _reap_main(run_id: str, owner_pid: int) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is for the harness
-    while _pid_running(owner_pid):
+    while pid_running(owner_pid):
         time.sleep(0.5)
     try:
         remove_run(docker_client(), run_id)

@@ -52,6 +52,12 @@ class ApiKey(IntEnum):
     BROKER_REGISTRATION = 62
     BROKER_HEARTBEAT = 63
     ALLOCATE_PRODUCER_IDS = 67
+    # The metadata quorum's own APIs (KIP-595, KIP-630); served by controllers to controllers.
+    VOTE = 52
+    BEGIN_QUORUM_EPOCH = 53
+    END_QUORUM_EPOCH = 54
+    DESCRIBE_QUORUM = 55
+    FETCH_SNAPSHOT = 59
 
 
 @dataclass(frozen=True, slots=True)

@@ -109,15 +109,29 @@ def parse_address_overrides(text: str) -> dict[int, tuple[str, int]]:
 
 
 def parse_voter(text: str) -> tuple[int, str, int]:
-    """KRaft's "ID@HOST:PORT" (one voter: this cluster runs a single controller)."""
-    node, at, address = text.partition("@")
-    host, colon, port = address.rpartition(":")
-    try:
-        if not at or not colon or not host:
-            raise ValueError
-        return int(node), host, int(port)
-    except ValueError:
-        raise ValueError(f"controller.quorum.voters={text!r}: expected ID@HOST:PORT with one voter") from None
+    """One voter of KRaft's "ID@HOST:PORT,..." (the first, when several are named)."""
+    return parse_voters(text)[0]
+
+
+def _checked_voters(text: str) -> str:
+    if text:
+        parse_voters(text)  # raises naming what is wrong
+    return text
+
+
+def parse_voters(text: str) -> list[tuple[int, str, int]]:
+    """KRaft's controller.quorum.voters, "ID@HOST:PORT,...": (node id, host, port) of every
+    voter in the order named (a broker tries them in that order until it finds the leader)."""
+    voters: list[tuple[int, str, int]] = []
+    for item in (part.strip() for part in text.split(",")):
+        node, at, address = item.partition("@")
+        host, colon, port = address.rpartition(":")
+        if not at or not colon or not host or not node.isdigit() or not port.isdigit():
+            raise ValueError(f"controller.quorum.voters={text!r}: {item!r} is not ID@HOST:PORT")
+        if any(v[0] == int(node) for v in voters):
+            raise ValueError(f"controller.quorum.voters={text!r}: node {int(node)} is named twice")
+        voters.append((int(node), host, int(port)))
+    return voters
 
 
 @dataclass(frozen=True)
@@ -181,6 +195,10 @@ class BrokerConfig:
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     # transaction.remove.expired.transaction.cleanup.interval.ms
     transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
+    # Our own: how long the coordinator holds an AddPartitionsToTxn/AddOffsetsToTxn that meets
+    # the previous transaction still completing, answering it once that completes instead of
+    # CONCURRENT_TRANSACTIONS at once (cluster.broker.txn.parking); 0 answers as Kafka does.
+    transaction_add_partitions_wait_max_ms: int = 500  # transaction.add.partitions.wait.max.ms
     # KIP-890 part 1: a partition leader verifies with the coordinator before a producer's
     # first transactional append (cluster.broker.txn.verifier); false reproduces hanging
     # transactions from late writes (KAFKA-14402).
@@ -207,10 +225,15 @@ class BrokerConfig:
     test_drop_produce_response_probability: float = 0.0  # test.drop.produce.response.probability
 
     def controller_endpoint(self) -> tuple[int, str, int] | None:
-        """(node id, host, port) parsed from controller.quorum.voters; None in combined mode."""
+        """(node id, host, port) of the first voter of controller.quorum.voters; None in
+        combined mode."""
         if not self.controller_quorum_voters:
             return None
         return parse_voter(self.controller_quorum_voters)
+
+    def controller_voters(self) -> list[tuple[int, str, int]]:
+        """Every voter of controller.quorum.voters (empty in combined mode)."""
+        return parse_voters(self.controller_quorum_voters) if self.controller_quorum_voters else []
 
     @property
     def advertised_host(self) -> str:
@@ -252,7 +275,7 @@ class BrokerConfig:
             log_flush_scheduler_interval_ms=_int(props, "log.flush.scheduler.interval.ms", 100, 1),
             log_retention_check_interval_ms=_int(props, "log.retention.check.interval.ms", 300_000, 1),
             producer_id_block_size=_int(props, "producer.id.block.size", 1000, 1),
-            controller_quorum_voters=props.get("controller.quorum.voters", "").strip(),
+            controller_quorum_voters=_checked_voters(props.get("controller.quorum.voters", "").strip()),
             advertised_listener=parse_advertised_listener(props.get("advertised.listeners", "")),
             inter_broker_address_overrides=parse_address_overrides(props.get("inter.broker.address.overrides", "")),
             controller_request_timeout_ms=_int(props, "controller.quorum.request.timeout.ms", 2000, 1),
@@ -278,6 +301,7 @@ class BrokerConfig:
                 props, "transaction.abort.timed.out.transaction.cleanup.interval.ms", 10_000, 1),
             transaction_remove_expired_transaction_cleanup_interval_ms=_int(
                 props, "transaction.remove.expired.transaction.cleanup.interval.ms", 3_600_000, 1),
+            transaction_add_partitions_wait_max_ms=_int(props, "transaction.add.partitions.wait.max.ms", 500, 0),
             transaction_partition_verification_enable=_bool(props, "transaction.partition.verification.enable", True),
             transaction_lso_ignore_open_transactions=_bool(props, "transaction.lso.ignore.open.transactions", False),
             transaction_offset_commit_skip_generation_check=_bool(props, "transaction.offset.commit.skip.generation.check", False),

@@ -80,7 +80,8 @@ class Broker:
             if voter is None:
                 raise ValueError("the broker needs a controller: set controller.quorum.voters (or run it in combined mode)")
             controller = Endpoint(*voter)
-        self.controller_client = ControllerClient(config, clock, scheduler, outbound, controller, self._on_metadata, rng)
+        voters = [Endpoint(*v) for v in config.controller_voters()]
+        self.controller_client = ControllerClient(config, clock, scheduler, outbound, controller, self._on_metadata, rng, voters)
         # Every log and checkpoint file goes through the log directory, which fails for good
         # at the first disk error (log_dir.py); the broker then halts, as Kafka's does.
         self.log_dir = LogDir(disk, config.data_dir, self._on_log_dir_failure)

@@ -1,6 +1,16 @@
 """The broker's side of the controller protocol (KRaft's BrokerLifecycleManager and metadata
-listener, for one controller): register, heartbeat, pull the metadata log, and forward the
-requests only the controller can decide.
+listener): register, heartbeat, pull the metadata log, and forward the requests only the
+controller can decide, always to the active controller of the quorum.
+
+- Every request goes to the controller this broker believes active. A connection failure or
+  timeout, a NOT_CONTROLLER answer (anywhere in it), or a metadata fetch answered
+  NOT_LEADER_OR_FOLLOWER naming another leader moves it: to the named leader when one is
+  named, else to the next voter of controller.quorum.voters in order. Requests refused with
+  NOT_CONTROLLER are sent again to the new one after a backoff, within the request timeout
+  (the refusing controller did not decide them); a request whose connection failed is
+  reported to its caller, which retries as before (whether it was decided is unknown).
+  The broker's session survives the move: the new active controller gives every registered
+  broker a grace period.
 
 - Registration carries a fresh incarnation id per process start and is retried until the
   controller accepts it (a restarted broker waits for its old session to expire, as in Kafka).
@@ -14,6 +24,7 @@ requests only the controller can decide.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 import uuid
@@ -30,7 +41,7 @@ from cluster.metadata.records import METADATA_TOPIC, MetadataRecordError, decode
 from cluster.protocol.codec import build, payload_class, request_class
 from cluster.protocol.records import read_records
 from cluster.protocol.versions import ApiKey
-from cluster.storage.batch import InvalidBatchError, split_batches
+from cluster.storage.batch import InvalidBatchError, parse_header, split_batches
 
 from kio.index import EntityType
 
@@ -54,6 +65,21 @@ class AlterPartitionResult:
     unanswered: bool = False
 
 
+def mentions_not_controller(body: Any) -> bool:
+    """Whether NOT_CONTROLLER appears anywhere in an answer (top level or on any item)."""
+    if isinstance(body, tuple):
+        return any(mentions_not_controller(item) for item in body)
+    if not dataclasses.is_dataclass(body):
+        return False
+    for f in dataclasses.fields(body):
+        value = getattr(body, f.name)
+        if f.name == "error_code" and value == ErrorCode.not_controller:
+            return True
+        if (isinstance(value, tuple) or dataclasses.is_dataclass(value)) and mentions_not_controller(value):
+            return True
+    return False
+
+
 @dataclass(frozen=True)
 class ProducerIdBlock:
     first_id: int
@@ -66,12 +92,20 @@ def _req(api_key: int, version: int, name: str) -> type:
 
 class ControllerClient:
     def __init__(self, config: BrokerConfig, clock: Clock, scheduler: Scheduler, outbound: Outbound, controller: Endpoint,
-                 on_metadata: Callable[[MetadataImage, MetadataDelta], None], rng: Rng) -> None:
+                 on_metadata: Callable[[MetadataImage, MetadataDelta], None], rng: Rng, voters: list[Endpoint] | None = None) -> None:
         self.config = config
         self.clock = clock
         self.scheduler = scheduler
         self.outbound = outbound
+        # The quorum's voters in the order named; `controller` is the one believed active.
+        self.voters = list(voters) if voters else [controller]
+        if all(v.node_id != controller.node_id for v in self.voters):
+            self.voters.insert(0, controller)
         self.controller = controller
+        self.controller_moves = 0  # times this broker moved to another controller
+        # Where the next metadata fetch starts: past control batches (the quorum's own
+        # records, e.g. a leader change), which occupy offsets but change no metadata.
+        self._fetch_offset = 0
         self.on_metadata = on_metadata
         self.image = MetadataImage()
         self.broker_epoch = -1
@@ -120,8 +154,42 @@ class ControllerClient:
         holder.append(self.scheduler.call_later(delay_ms, fire))
         self._timers.append(holder[0])
 
+    def _move(self, failed: Endpoint, why: str, leader_id: int | None = None) -> None:
+        """The controller at `failed` is not (or no longer) reachable as the active one: go to
+        `leader_id` when it names another voter, else to the next voter. Ignored when the
+        broker has already moved away from `failed` (several requests fail together)."""
+        if failed.node_id != self.controller.node_id or len(self.voters) < 2:
+            return
+        named = next((v for v in self.voters if v.node_id == leader_id), None) if leader_id is not None else None
+        if named is None or named.node_id == failed.node_id:
+            index = next(i for i, v in enumerate(self.voters) if v.node_id == failed.node_id)
+            named = self.voters[(index + 1) % len(self.voters)]
+        self.controller = named
+        self.controller_moves += 1
+        log.info("broker %d: controller %d %s; now asking controller %d", self.config.broker_id, failed.node_id, why, named.node_id)
+
     def _send(self, api_key: int, version: int, body: Any, on_done: Callable[[OutboundResult], None], timeout_ms: int | None = None) -> None:
-        self.outbound.send(self.controller, api_key, version, body, on_done, timeout_ms or self.config.controller_request_timeout_ms)
+        """Send to the active controller; a NOT_CONTROLLER answer moves on and sends again
+        (after a backoff, until the request timeout has passed since the first try)."""
+        budget_ms = timeout_ms or self.config.controller_request_timeout_ms
+        deadline_ns = self.clock.monotonic_ns() + budget_ms * 1_000_000
+
+        def attempt() -> None:
+            destination = self.controller
+
+            def done(result: OutboundResult) -> None:
+                if not result.ok:
+                    self._move(destination, f"unreachable ({result.error})")
+                elif mentions_not_controller(result.body):
+                    self._move(destination, "is not the active controller")
+                    if self._running and self.clock.monotonic_ns() + RETRY_BACKOFF_MS * 1_000_000 < deadline_ns:
+                        self._later(RETRY_BACKOFF_MS, attempt)
+                        return
+                on_done(result)
+
+            self.outbound.send(destination, api_key, version, body, done, budget_ms)
+
+        attempt()
 
     def forward(self, api_key: int, version: int, body: Any, on_done: Callable[[OutboundResult], None]) -> None:
         """Send a client's admin request (CreatePartitions, ElectLeaders, AlterConfigs...) to
@@ -214,15 +282,26 @@ class ControllerClient:
                      max_wait=datetime.timedelta(milliseconds=METADATA_FETCH_MAX_WAIT_MS), min_bytes=1, max_bytes=16 << 20,
                      isolation_level=0, session_id=0, session_epoch=-1,
                      topics=(build(topic, topic=METADATA_TOPIC, partitions=(build(part, partition=0, current_leader_epoch=-1,
-                                                                                          fetch_offset=self.image.next_offset,
+                                                                                          fetch_offset=self._next_fetch_offset,
                                                                                           last_fetched_epoch=-1, log_start_offset=-1,
                                                                                           partition_max_bytes=8 << 20),)),),
                      forgotten_topics_data=(), rack_id="")
+
+        destination = self.controller
 
         def done(result: OutboundResult) -> None:
             if not self._running:
                 return
             if not result.ok:
+                self._move(destination, f"unreachable for the metadata fetch ({result.error})")
+                self._later(RETRY_BACKOFF_MS, self._fetch_metadata)
+                return
+            answer = result.body.responses[0].partitions[0] if result.body.responses and result.body.responses[0].partitions else None
+            if answer is not None and answer.error_code in (ErrorCode.not_leader_or_follower, ErrorCode.not_controller,
+                                                            ErrorCode.fenced_leader_epoch, ErrorCode.unknown_leader_epoch):
+                leader = getattr(answer, "current_leader", None)
+                leader_id = int(leader.leader_id) if leader is not None and int(leader.leader_id) >= 0 else None
+                self._move(destination, f"does not lead the metadata quorum ({answer.error_code.name})", leader_id)
                 self._later(RETRY_BACKOFF_MS, self._fetch_metadata)
                 return
             try:
@@ -235,8 +314,12 @@ class ControllerClient:
                 self._heartbeat()  # report the catch-up at once, so unfencing is not a heartbeat interval late
             self._fetch_metadata()
 
-        self.outbound.send(self.controller.on_channel("metadata"), ApiKey.FETCH, METADATA_FETCH_VERSION, body, done,
+        self.outbound.send(destination.on_channel("metadata"), ApiKey.FETCH, METADATA_FETCH_VERSION, body, done,
                            self.config.controller_request_timeout_ms + METADATA_FETCH_MAX_WAIT_MS)
+
+    @property
+    def _next_fetch_offset(self) -> int:
+        return max(self.image.next_offset, self._fetch_offset)
 
     def _apply(self, body: Any) -> bool:
         partition = body.responses[0].partitions[0]
@@ -246,13 +329,22 @@ class ControllerClient:
         if not records:
             return False
         delta = MetadataDelta()
+        applied = False
         for _, batch in split_batches(records):
+            header = parse_header(batch)
+            if header.is_control:
+                # The quorum's own record (a leader change): nothing for the image.
+                self._fetch_offset = max(self._fetch_offset, header.next_offset)
+                continue
             for record in read_records(bytes(batch)):
                 if record.offset < self.image.next_offset:
                     continue
                 delta.merge(self.image.apply(decode_record(record.value, f"at offset {record.offset}"), record.offset))
-        self.on_metadata(self.image, delta)
-        return True
+                applied = True
+            self._fetch_offset = max(self._fetch_offset, header.next_offset)
+        if applied:
+            self.on_metadata(self.image, delta)
+        return applied
 
     # ---- forwarded requests ----------------------------------------------------------
 

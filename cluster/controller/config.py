@@ -7,6 +7,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from cluster.config import _bool, _int
+from cluster.quorum.api import QuorumVoters
+
+
+def _voters(node_id: int, text: str) -> str:
+    """controller.quorum.voters checked: well formed, and naming this controller."""
+    if not text:
+        return ""
+    voters = QuorumVoters.parse(text)
+    if node_id not in voters.voters:
+        raise ValueError(f"controller.quorum.voters={text!r} does not name this controller (node {node_id})")
+    return voters.format()
 
 
 @dataclass(frozen=True)
@@ -25,6 +36,8 @@ class ControllerConfig:
     producer_id_block_size: int = 1000  # our own: producer ids per AllocateProducerIds
     fetch_max_wait_cap_ms: int = 500  # our own: longest metadata long poll served
     socket_request_max_bytes: int = 104_857_600  # socket.request.max.bytes
+    # KRaft's ID@HOST:PORT,...; empty: this controller is the only voter.
+    quorum_voters: str = ""  # controller.quorum.voters
 
     @classmethod
     def from_properties(cls, node_id: int, host: str, port: int, data_dir: str, props: Mapping[str, str]) -> ControllerConfig:
@@ -46,4 +59,5 @@ class ControllerConfig:
             default_replication_factor=_int(props, "default.replication.factor", 1, 1),
             producer_id_block_size=_int(props, "producer.id.block.size", 1000, 1),
             socket_request_max_bytes=_int(props, "socket.request.max.bytes", 104_857_600, 16),
+            quorum_voters=_voters(node_id, props.get("controller.quorum.voters", "").strip()),
         )

@@ -30,7 +30,9 @@ from cluster.broker.env import ClientInfo, Clock, Endpoint, Reply, Response, Rng
 from cluster.broker.topics import InvalidTopicError, check_topic_name, new_topic_id
 from cluster.controller.config import ControllerConfig
 from cluster.controller.elections import IsrProposal, check_isr_proposal, reelect
+from cluster.controller.image_snapshot import copy_image, decode_image, encode_image
 from cluster.controller.metadata_log import MetadataLog
+from cluster.controller.not_controller import not_controller_body
 from cluster.controller.placement import assign_replicas, check_topic_configs
 from cluster.controller.elect_leaders import plan_election
 from cluster.controller.partitions import plan_create_partitions
@@ -47,10 +49,13 @@ from cluster.metadata.records import (
     RegisterBrokerRecord,
     RemoveTopicRecord,
     TopicRecord,
+    decode_record,
+    encode_record,
 )
 from cluster.protocol.codec import Request, build, encode_response, payload_class, response_class
 from cluster.protocol.fetch_response import FetchPartitionResult, FetchTopicResult, encode_fetch_response
 from cluster.protocol.versions import ApiKey, VersionRange
+from cluster.quorum.api import MetadataQuorum, QuorumListener, QuorumVoters
 from cluster.storage.log import OffsetOutOfRangeError
 
 log = logging.getLogger(__name__)
@@ -78,6 +83,25 @@ def _metric_name(topic: str) -> str:
     return topic.replace(".", "_")
 
 
+QuorumFactory = Callable[[QuorumListener], MetadataQuorum]
+"""Builds this node's Raft node with the controller as its listener (main.py and SimCluster
+know how; the core only sees the MetadataQuorum contract)."""
+
+
+class NotActiveController(Exception):
+    """A handler tried to append while this node does not lead: answered NOT_CONTROLLER."""
+
+
+@dataclass(slots=True)
+class _Barrier:
+    """An answer held until every append made before it is committed."""
+
+    end_offset: int
+    request: Request
+    reply: Reply
+    response: Response
+
+
 @dataclass
 class _MetadataWaiter:
     request: Request
@@ -88,14 +112,31 @@ class _MetadataWaiter:
 
 
 class Controller:
-    def __init__(self, config: ControllerConfig, disk: Any, clock: Clock, scheduler: Scheduler, rng: Rng) -> None:
+    def __init__(self, config: ControllerConfig, disk: Any, clock: Clock, scheduler: Scheduler, rng: Rng,
+                 quorum_factory: QuorumFactory | None = None) -> None:
         self.config = config
         self.disk = disk
         self.clock = clock
         self.scheduler = scheduler
         self.rng = rng
+        # The working image: on the active controller it runs ahead of the committed image by
+        # the records appended but not yet committed (KRaft's controller also decides on its
+        # uncommitted state, so two requests in flight never decide from the same stale state);
+        # on a standby it is the committed image itself.
         self.image = MetadataImage()
+        self.committed_image = self.image
+        # Without a quorum factory: the single controller on its own durable MetadataLog
+        # (the path before the quorum existed; every append is committed when fsynced).
         self.metadata_log: MetadataLog | None = None
+        self._quorum_factory = quorum_factory
+        self.quorum: MetadataQuorum | None = None
+        self.voter_ids = frozenset(QuorumVoters.parse(config.quorum_voters).voters) if config.quorum_voters else frozenset({config.node_id})
+        self._active = False  # leads the quorum (always, once started, on the MetadataLog path)
+        self.epoch = -1  # the quorum epoch this node leads, or -1
+        self._appended_end = 0  # end offset of the last append of this epoch
+        self._committed_end = 0  # end offset of the last append known committed
+        self._barriers: list[_Barrier] = []
+        self.failovers = 0  # times this node became the active controller
         self._last_heartbeat_ns: dict[int, int] = {}
         self._waiters: list[_MetadataWaiter] = []
         # Brokers being unfenced by the batch under construction (usable for its elections).
@@ -126,22 +167,59 @@ class Controller:
 
     # ---- lifecycle ---------------------------------------------------------------------
 
+    @property
+    def is_active(self) -> bool:
+        """Whether this node is the active controller (leads the quorum and may decide)."""
+        return self._active
+
     def start(self) -> None:
-        """Recover the metadata log and replay it; every live registration gets a fresh
-        session (a grace period, as after a KRaft controller failover)."""
+        """With a quorum: start the Raft node; the image comes through on_commit and this node
+        decides only from on_become_leader on. Without one: recover the metadata log and
+        replay it. Either way every live registration gets a fresh session when this node
+        becomes active (a grace period, as after a KRaft controller failover)."""
+        self._running = True
+        if self._quorum_factory is not None:
+            self.quorum = self._quorum_factory(self)
+            self.quorum.start()
+            log.info("controller %d started on the metadata quorum (voters %s)", self.config.node_id, sorted(self.voter_ids))
+            return
+        if len(self.voter_ids) > 1:
+            raise ValueError(f"controller.quorum.voters names {len(self.voter_ids)} voters but this controller has no metadata quorum")
         self.metadata_log = MetadataLog(self.disk, self.config.data_dir, self.clock.wall_ms())
         for offset, record in self.metadata_log.replay():
             self.image.apply(record, offset)
-        now = self.clock.monotonic_ns()
-        for broker in self.image.brokers.values():
-            self._last_heartbeat_ns[broker.broker_id] = now
-        self._running = True
-        self._schedule_session_check()
+        self._activate()
         log.info("controller %d started: metadata log ends at %d, %d brokers, %d topics", self.config.node_id,
                  self.metadata_log.end_offset, len(self.image.brokers), len(self.image.topics_by_name))
 
+    def _activate(self) -> None:
+        """Start deciding: fresh sessions for every registered broker, then the session check."""
+        self._active = True
+        self.failovers += 1
+        now = self.clock.monotonic_ns()
+        self._last_heartbeat_ns = {broker.broker_id: now for broker in self.image.brokers.values()}
+        self._schedule_session_check()
+
+    def _deactivate(self, why: str) -> None:
+        """Stop deciding: cancel the session check, refuse held answers, and send waiting
+        metadata fetchers to the new leader."""
+        self._active = False
+        if self._session_timer is not None:
+            self._session_timer.cancel()
+            self._session_timer = None
+        barriers, self._barriers = self._barriers, []
+        for barrier in barriers:
+            barrier.reply(self._respond(barrier.request, not_controller_body(barrier.request)))
+        if barriers:
+            log.info("controller %d: %d answers refused with NOT_CONTROLLER (%s)", self.config.node_id, len(barriers), why)
+        self._wake_waiters()
+
     def shutdown(self) -> None:
         self._running = False
+        if self.quorum is not None:
+            self.quorum.shutdown()
+        if self._active:
+            self._deactivate("shutting down")
         if self._session_timer is not None:
             self._session_timer.cancel()
         for waiter in self._waiters:
@@ -151,12 +229,79 @@ class Controller:
         if self.metadata_log is not None:
             self.metadata_log.close()
 
+    # ---- the quorum's listener (cluster.quorum.api.QuorumListener) --------------------------
+
+    def on_commit(self, base_offset: int, records: list[bytes], epoch: int) -> None:
+        for i, value in enumerate(records):
+            offset = base_offset + i
+            self.committed_image.apply(decode_record(value, f"at offset {offset} of the metadata quorum"), offset)
+        self._wake_waiters()
+
+    def on_become_leader(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.image = copy_image(self.committed_image)
+        self._appended_end = self._committed_end = self.committed_image.next_offset
+        self._activate()
+        log.info("controller %d is the active controller in epoch %d: %d brokers get a grace period of %d ms",
+                 self.config.node_id, epoch, len(self.image.brokers), self.config.broker_session_timeout_ms)
+
+    def on_resign(self, epoch: int, new_leader_id: int | None) -> None:
+        if not self._active:
+            return
+        self.epoch = -1
+        # Decisions not yet committed may never be: decide again from the committed image.
+        self.image = self.committed_image
+        self._deactivate(f"resigned epoch {epoch}, leader now {new_leader_id}")
+        log.info("controller %d is no longer the active controller (epoch %d; leader now %s)", self.config.node_id, epoch, new_leader_id)
+
+    def snapshot(self) -> tuple[int, bytes]:
+        return self.committed_image.next_offset, encode_image(self.committed_image)
+
+    def load_snapshot(self, end_offset: int, data: bytes) -> None:
+        image = decode_image(data)
+        if image.next_offset != end_offset:
+            raise ValueError(f"metadata snapshot ends at {image.next_offset}, not at {end_offset} as the quorum says")
+        if self.image is self.committed_image:
+            self.image = image
+        self.committed_image = image
+        log.info("controller %d loaded the metadata snapshot ending at %d", self.config.node_id, end_offset)
+
     def handle(self, request: Request, client: ClientInfo, reply: Reply) -> None:
         handler = self._handlers.get(request.api_key)
+        if self.quorum is not None and (handler is None or self._is_voter_fetch(request)):
+            if self.quorum.handle(request, client, reply):
+                return
         if handler is None:
             reply(Response(None, close_connection=True, close_reason=f"the controller does not serve API key {request.api_key}"))
             return
-        handler(request, client, reply)
+        if not self._active and request.api_key not in (ApiKey.API_VERSIONS, ApiKey.FETCH):
+            reply(self._respond(request, not_controller_body(request)))
+            return
+        try:
+            handler(request, client, reply)
+        except NotActiveController:
+            # Leadership ended part way: what was appended is refused by _deactivate.
+            reply(self._respond(request, not_controller_body(request)))
+
+    def _is_voter_fetch(self, request: Request) -> bool:
+        """A Raft follower's Fetch (from a voter), served by the quorum; brokers' metadata
+        fetches are the controller's."""
+        if request.api_key != ApiKey.FETCH:
+            return False
+        replica = getattr(request.body, "replica_id", None)
+        if replica is None:
+            state = getattr(request.body, "replica_state", None)
+            replica = getattr(state, "replica_id", None)
+        return replica is not None and int(replica) in self.voter_ids
+
+    def _answer(self, request: Request, reply: Reply, body: Any) -> None:
+        """Answer once every record appended so far is committed (at once without a quorum,
+        or when nothing is pending); NOT_CONTROLLER if leadership is lost first."""
+        response = self._respond(request, body)
+        if self.quorum is None or self._committed_end >= self._appended_end:
+            reply(response)
+            return
+        self._barriers.append(_Barrier(self._appended_end, request, reply, response))
 
     def _respond(self, request: Request, body: Any) -> Response:
         return Response([encode_response(request.api_key, request.api_version, request.correlation_id, body)])
@@ -164,16 +309,49 @@ class Controller:
     # ---- the log ---------------------------------------------------------------------
 
     def commit(self, records: list[MetadataRecord]) -> int:
-        """Append `records` as one durable batch, apply them, wake metadata fetchers;
-        returns the offset of the first."""
-        assert self.metadata_log is not None
+        """Append `records` as one atomic batch and apply them to the working image; returns
+        the offset of the first. Without a quorum the batch is durable (fsynced) and
+        committed on return; with one it is committed later, and answers given through
+        `_answer` wait for it. Raises NotActiveController when this node does not lead."""
+        if self.quorum is None:
+            assert self.metadata_log is not None
+            if not records:
+                return self.metadata_log.end_offset
+            base = self.metadata_log.append(records, self.clock.wall_ms())
+            for i, record in enumerate(records):
+                self.image.apply(record, base + i)
+            self._wake_waiters()
+            return base
+        if not self._active:
+            raise NotActiveController(f"controller {self.config.node_id} does not lead")
         if not records:
-            return self.metadata_log.end_offset
-        base = self.metadata_log.append(records, self.clock.wall_ms())
+            return self._appended_end
+        epoch = self.epoch
+        placed: list[int] = []
+
+        def done(base_offset: int | None, why: str | None) -> None:
+            if why is not None or base_offset is None:
+                log.info("controller %d: append at %s not committed: %s", self.config.node_id, placed or "?", why)
+                return  # on_resign refuses the held answers
+            if epoch == self.epoch:
+                self._committed_end = max(self._committed_end, base_offset + len(records))
+                self._release_barriers()
+
+        base = self.quorum.append([encode_record(r) for r in records], done)
+        if base is None:
+            raise NotActiveController(f"controller {self.config.node_id}: the quorum refused the append (not the leader)")
+        placed.append(base)
         for i, record in enumerate(records):
             self.image.apply(record, base + i)
-        self._wake_waiters()
+        self._appended_end = max(self._appended_end, base + len(records))
         return base
+
+    def _release_barriers(self) -> None:
+        ready = [b for b in self._barriers if b.end_offset <= self._committed_end]
+        if ready:
+            self._barriers = [b for b in self._barriers if b.end_offset > self._committed_end]
+            for barrier in ready:
+                barrier.reply(barrier.response)
 
     # ---- elections -------------------------------------------------------------------
 
@@ -220,9 +398,12 @@ class Controller:
 
     def _schedule_session_check(self) -> None:
         def tick() -> None:
-            if not self._running:
+            if not self._running or not self._active:
                 return
-            self._expire_sessions()
+            try:
+                self._expire_sessions()
+            except NotActiveController:
+                return
             self._schedule_session_check()
 
         self._session_timer = self.scheduler.call_later(SESSION_CHECK_INTERVAL_MS, tick)
@@ -258,7 +439,7 @@ class Controller:
         cls = response_class(ApiKey.BROKER_REGISTRATION, request.api_version)
 
         def answer(error: ErrorCode, epoch: int = -1) -> None:
-            reply(self._respond(request, build(cls, throttle_time=NO_THROTTLE, error_code=error, broker_epoch=epoch)))
+            self._answer(request, reply, build(cls, throttle_time=NO_THROTTLE, error_code=error, broker_epoch=epoch))
 
         if body.cluster_id != self.config.cluster_id:
             answer(ErrorCode.inconsistent_cluster_id)
@@ -296,8 +477,8 @@ class Controller:
         broker = self.image.brokers.get(broker_id)
 
         def answer(error: ErrorCode, caught_up: bool = False, fenced: bool = True, shut_down: bool = False) -> None:
-            reply(self._respond(request, build(cls, throttle_time=NO_THROTTLE, error_code=error, is_caught_up=caught_up,
-                                               is_fenced=fenced, should_shut_down=shut_down)))
+            self._answer(request, reply, build(cls, throttle_time=NO_THROTTLE, error_code=error, is_caught_up=caught_up,
+                                               is_fenced=fenced, should_shut_down=shut_down))
 
         if broker is None or broker.broker_epoch != body.broker_epoch:
             answer(ErrorCode.stale_broker_epoch)
@@ -341,12 +522,12 @@ class Controller:
         cls = response_class(ApiKey.ALLOCATE_PRODUCER_IDS, request.api_version)
         broker = self.image.brokers.get(int(body.broker_id))
         if broker is None or broker.broker_epoch != body.broker_epoch:
-            reply(self._respond(request, build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.stale_broker_epoch, producer_id_start=-1, producer_id_len=0)))
+            self._answer(request, reply, build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.stale_broker_epoch, producer_id_start=-1, producer_id_len=0))
             return
         start = self.image.next_producer_id
         size = self.config.producer_id_block_size
         self.commit([ProducerIdsRecord(broker.broker_id, broker.broker_epoch, start + size)])
-        reply(self._respond(request, build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, producer_id_start=start, producer_id_len=size)))
+        self._answer(request, reply, build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, producer_id_start=start, producer_id_len=size))
 
     # ---- partitions ------------------------------------------------------------------
 
@@ -358,7 +539,7 @@ class Controller:
         partition_cls = payload_class(ApiKey.ALTER_PARTITION, version, "PartitionData")
         sender = self.image.brokers.get(int(body.broker_id))
         if sender is None or sender.broker_epoch != body.broker_epoch:
-            reply(self._respond(request, build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.stale_broker_epoch, topics=())))
+            self._answer(request, reply, build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.stale_broker_epoch, topics=()))
             return
         topics_out = []
         records: list[MetadataRecord] = []
@@ -391,7 +572,7 @@ class Controller:
         if records:
             self._log_partition_changes(records, f"AlterPartition from broker {sender.broker_id} (epoch {sender.broker_epoch})")
             self.commit(records)
-        reply(self._respond(request, build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, topics=tuple(topics_out))))
+        self._answer(request, reply, build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, topics=tuple(topics_out)))
 
     # ---- topics ----------------------------------------------------------------------
 
@@ -417,7 +598,7 @@ class Controller:
                              partitions, replication, [list(r.replicas) for r in records[1:]])  # type: ignore[union-attr]
             results.append(build(result_cls, name=topic.name, topic_id=topic_id, error_code=error, error_message=message,
                                  topic_config_error_code=ErrorCode.none, num_partitions=partitions, replication_factor=replication, configs=None))
-        reply(self._respond(request, build(response_class(ApiKey.CREATE_TOPICS, version), throttle_time=NO_THROTTLE, topics=tuple(results))))
+        self._answer(request, reply, build(response_class(ApiKey.CREATE_TOPICS, version), throttle_time=NO_THROTTLE, topics=tuple(results)))
 
     def _plan_topic(self, topic: Any) -> tuple[ErrorCode, str | None, list[MetadataRecord]]:
         """The records creating `topic` (one CreatableTopic of a request), or why not."""
@@ -493,7 +674,7 @@ class Controller:
                 error = ErrorCode.none
             results.append(build(result_cls, name=topic.name if topic else name, topic_id=topic.topic_id if topic else (topic_id or uuid.UUID(int=0)),
                                  error_code=error, error_message=None))
-        reply(self._respond(request, build(response_class(ApiKey.DELETE_TOPICS, version), throttle_time=NO_THROTTLE, responses=tuple(results))))
+        self._answer(request, reply, build(response_class(ApiKey.DELETE_TOPICS, version), throttle_time=NO_THROTTLE, responses=tuple(results)))
 
     def _alter_configs(self, request: Request, client: ClientInfo, reply: Reply) -> None:
         """AlterConfigs and IncrementalAlterConfigs: each resource is decided and committed on
@@ -513,7 +694,7 @@ class Controller:
                 log.info("topic %s configs are now %s", resource.resource_name, record.configs)
             results.append(build(result_cls, error_code=error, error_message=message, resource_type=resource.resource_type,
                                  resource_name=resource.resource_name))
-        reply(self._respond(request, build(response_class(request.api_key, version), throttle_time=NO_THROTTLE, responses=tuple(results))))
+        self._answer(request, reply, build(response_class(request.api_key, version), throttle_time=NO_THROTTLE, responses=tuple(results)))
 
     def _create_partitions(self, request: Request, client: ClientInfo, reply: Reply) -> None:
         version = request.api_version
@@ -529,7 +710,7 @@ class Controller:
                 self.commit(list(records))
                 log.info("topic %s: added partitions %s", topic.name, [(r.partition, list(r.replicas)) for r in records])
             results.append(build(result_cls, name=topic.name, error_code=error, error_message=message))
-        reply(self._respond(request, build(response_class(ApiKey.CREATE_PARTITIONS, version), throttle_time=NO_THROTTLE, results=tuple(results))))
+        self._answer(request, reply, build(response_class(ApiKey.CREATE_PARTITIONS, version), throttle_time=NO_THROTTLE, results=tuple(results)))
 
     def _elect_leaders(self, request: Request, client: ClientInfo, reply: Reply) -> None:
         """ElectLeaders; a null topic list means every partition (Kafka's rule), each answered."""
@@ -555,8 +736,8 @@ class Controller:
                     self._log_partition_changes([record], f"election type {election_type} asked by a client")
                 partitions.append(build(partition_cls, partition_id=index, error_code=error, error_message=message))
             results.append(build(topic_cls, topic=name, partition_result=tuple(partitions)))
-        reply(self._respond(request, build(response_class(ApiKey.ELECT_LEADERS, version), throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
-                                           replica_election_results=tuple(results))))
+        self._answer(request, reply, build(response_class(ApiKey.ELECT_LEADERS, version), throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+                                           replica_election_results=tuple(results)))
 
     # ---- metadata fetch --------------------------------------------------------------
 
@@ -573,9 +754,8 @@ class Controller:
             reply(Response(None, close_connection=True, close_reason="the controller serves Fetch of __cluster_metadata-0 only"))
             return
         waiter = _MetadataWaiter(request, int(wanted.fetch_offset), int(wanted.partition_max_bytes), reply)
-        assert self.metadata_log is not None
         max_wait_ms = min(body.max_wait.total_seconds() * 1000, self.config.fetch_max_wait_cap_ms)
-        if waiter.fetch_offset < self.metadata_log.end_offset or max_wait_ms <= 0:
+        if not self._active or waiter.fetch_offset < self._committed_log_end() or max_wait_ms <= 0:
             self._answer_fetch(waiter)
             return
         self._waiters.append(waiter)
@@ -594,15 +774,35 @@ class Controller:
                 waiter.timer.cancel()
             self._answer_fetch(waiter)
 
+    def _committed_log_end(self) -> int:
+        """Where the committed metadata log ends (brokers read only below it)."""
+        if self.quorum is None:
+            assert self.metadata_log is not None
+            return self.metadata_log.end_offset
+        return self.quorum.state.high_watermark
+
     def _answer_fetch(self, waiter: _MetadataWaiter) -> None:
-        assert self.metadata_log is not None
         request = waiter.request
-        end = self.metadata_log.end_offset
+        if not self._active:
+            # Brokers read the metadata log from the active controller only (as KRaft's
+            # observers fetch from the leader): name it, so they move there.
+            state = self.quorum.state if self.quorum is not None else None
+            leader = (state.leader_id, state.epoch) if state is not None and state.leader_id is not None else (-1, -1)
+            result = FetchPartitionResult(0, ErrorCode.not_leader_or_follower.value, high_watermark=-1, last_stable_offset=-1,
+                                          log_start_offset=-1, current_leader=leader)
+            topic = FetchTopicResult(METADATA_TOPIC, METADATA_TOPIC_ID, [result])
+            waiter.reply(Response(encode_fetch_response(request.api_version, request.correlation_id, [topic])))
+            return
+        end = self._committed_log_end()
         result = FetchPartitionResult(0, ErrorCode.none.value, high_watermark=end, last_stable_offset=end, log_start_offset=0)
         try:
             if waiter.fetch_offset > end or waiter.fetch_offset < 0:
                 raise OffsetOutOfRangeError(waiter.fetch_offset, 0, end)
-            result.records = self.metadata_log.read(waiter.fetch_offset, max(waiter.max_bytes, 1))
+            if self.quorum is None:
+                assert self.metadata_log is not None
+                result.records = self.metadata_log.read(waiter.fetch_offset, max(waiter.max_bytes, 1))
+            elif waiter.fetch_offset < end:
+                result.records = self.quorum.read_committed(waiter.fetch_offset, max(waiter.max_bytes, 1))
         except OffsetOutOfRangeError:
             result.error_code = ErrorCode.offset_out_of_range.value
         topic = FetchTopicResult(METADATA_TOPIC, METADATA_TOPIC_ID, [result])

@@ -199,10 +199,6 @@ class BrokerConfig:
     # the previous transaction still completing, answering it once that completes instead of
     # CONCURRENT_TRANSACTIONS at once (cluster.broker.txn.parking); 0 answers as Kafka does.
     transaction_add_partitions_wait_max_ms: int = 500  # transaction.add.partitions.wait.max.ms
-    # Our own: how long the coordinator holds an AddPartitionsToTxn/AddOffsetsToTxn that meets
-    # the previous transaction still completing, answering it once that completes instead of
-    # CONCURRENT_TRANSACTIONS at once (cluster.broker.txn.parking); 0 answers as Kafka does.
-    transaction_add_partitions_wait_max_ms: int = 500  # transaction.add.partitions.wait.max.ms
     # KIP-890 part 1: a partition leader verifies with the coordinator before a producer's
     # first transactional append (cluster.broker.txn.verifier); false reproduces hanging
     # transactions from late writes (KAFKA-14402).
@@ -305,7 +301,6 @@ class BrokerConfig:
                 props, "transaction.abort.timed.out.transaction.cleanup.interval.ms", 10_000, 1),
             transaction_remove_expired_transaction_cleanup_interval_ms=_int(
                 props, "transaction.remove.expired.transaction.cleanup.interval.ms", 3_600_000, 1),
-            transaction_add_partitions_wait_max_ms=_int(props, "transaction.add.partitions.wait.max.ms", 500, 0),
             transaction_add_partitions_wait_max_ms=_int(props, "transaction.add.partitions.wait.max.ms", 500, 0),
             transaction_partition_verification_enable=_bool(props, "transaction.partition.verification.enable", True),
             transaction_lso_ignore_open_transactions=_bool(props, "transaction.lso.ignore.open.transactions", False),

@@ -12,6 +12,7 @@ the old coordinator started.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from cluster.broker.env import Clock, Scheduler
 from cluster.broker.partition import TopicPartition
 from cluster.broker.txn.markers import MarkerJob
 from cluster.broker.txn.metadata import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TxnMetadata, TxnState
+from cluster.broker.txn.parking import ParkedRequests
 from cluster.broker.txn.state_log import TxnTombstone, partition_for_transactional_id, tombstone_batch, txn_batch
 
 log = logging.getLogger(__name__)
@@ -52,6 +54,9 @@ class Markers(Protocol):
 class TxnSettings:
     max_timeout_ms: int
     id_expiration_ms: int
+    # Our own transaction.add.partitions.wait.max.ms: how long an AddPartitionsToTxn or
+    # AddOffsetsToTxn waits for the previous transaction to complete (see parking.py); 0: off.
+    add_partitions_wait_max_ms: int = 0
 
 
 def log_append_error(error: ErrorCode) -> ErrorCode:
@@ -80,6 +85,11 @@ class TransactionCoordinator:
         self.txns: dict[str, TxnMetadata] = {}
         # Transactional ids with a transition being written (Kafka's pendingState).
         self._pending: dict[str, TxnState] = {}
+        # Ids whose fencing abort is being written (pending PrepareEpochFence), with the
+        # bumped epoch: the fenced producer is refused from the start, as in Kafka, where the
+        # bump is in memory before the append.
+        self._fence_epochs: dict[str, int] = {}
+        self.parked = ParkedRequests(scheduler, settings.add_partitions_wait_max_ms)
         # __transaction_state partitions loaded and coordinated (index -> coordinator epoch),
         # and those being loaded.
         self._epochs: dict[int, int] = {}
@@ -99,6 +109,11 @@ class TransactionCoordinator:
     def _current(self, transactional_id: str, epoch: int) -> bool:
         """This broker still coordinates the id in coordinator epoch `epoch`."""
         return self._epochs.get(self.partition_for(transactional_id)) == epoch
+
+    def pending_state(self, transactional_id: str) -> TxnState | None:
+        """The state the id's transition in flight leads to (Kafka's pendingState):
+        PrepareEpochFence while a fencing abort is written."""
+        return self._pending.get(transactional_id)
 
     def coordinator_epoch(self, transactional_id: str) -> int:
         return self._epochs.get(self.partition_for(transactional_id), -1)
@@ -140,6 +155,8 @@ class TransactionCoordinator:
         for transactional_id in [t for t in self.txns if self.partition_for(t) == index]:
             del self.txns[transactional_id]
             self._pending.pop(transactional_id, None)
+            self._fence_epochs.pop(transactional_id, None)
+            self.parked.drop(transactional_id, ErrorCode.not_coordinator)
 
     @property
     def coordinated_partitions(self) -> dict[int, int]:
@@ -151,12 +168,13 @@ class TransactionCoordinator:
 
     # ---- writing transitions -------------------------------------------------------------
 
-    def _write(self, new: TxnMetadata, done: ErrorDone) -> None:
-        """Write `new` and install it once committed; `done` gets the client's error."""
+    def _write(self, new: TxnMetadata, done: ErrorDone, pending: TxnState | None = None) -> None:
+        """Write `new` and install it once committed; `done` gets the client's error.
+        `pending` is the id's pending state meanwhile (`new.state` unless told)."""
         transactional_id = new.transactional_id
         index = self.partition_for(transactional_id)
         epoch = self._epochs[index]
-        self._pending[transactional_id] = new.state
+        self._pending[transactional_id] = new.state if pending is None else pending
         now_ms = self._clock.wall_ms()
 
         def written(error: ErrorCode) -> None:
@@ -164,6 +182,7 @@ class TransactionCoordinator:
                 done(ErrorCode.not_coordinator)  # unloaded meanwhile: the new coordinator loads the record, if it stuck
                 return
             self._pending.pop(transactional_id, None)
+            self._fence_epochs.pop(transactional_id, None)
             if error is not ErrorCode.none:
                 log.info("%s: writing %s failed: %s", transactional_id, new.state.kafka_name, error.name)
                 done(log_append_error(error))
@@ -289,7 +308,7 @@ class TransactionCoordinator:
         txn = self.txns.get(transactional_id)
         if txn is None or txn.producer_id != producer_id:
             return ErrorCode.invalid_producer_id_mapping, None
-        if txn.producer_epoch != producer_epoch:
+        if self._fence_epochs.get(transactional_id, txn.producer_epoch) != producer_epoch:
             return ErrorCode.producer_fenced, None
         if transactional_id in self._pending:
             return ErrorCode.concurrent_transactions, None
@@ -298,11 +317,16 @@ class TransactionCoordinator:
     def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Iterable[TopicPartition],
                        done: ErrorDone) -> None:
         error, txn = self._check_producer(transactional_id, producer_id, producer_epoch)
+        if error is ErrorCode.concurrent_transactions or (txn is not None and txn.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)):
+            # The previous transaction is still completing (Kafka: CONCURRENT_TRANSACTIONS);
+            # parked, the request runs again once it has completed.
+            if not (self._completing(transactional_id) and self.parked.park(
+                    transactional_id, lambda answer: self.add_partitions(transactional_id, producer_id, producer_epoch, partitions, answer),
+                    done)):
+                done(ErrorCode.concurrent_transactions)
+            return
         if txn is None:
             done(error)
-            return
-        if txn.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
-            done(ErrorCode.concurrent_transactions)  # the previous transaction is still completing
             return
         if txn.state in (TxnState.DEAD, TxnState.PREPARE_EPOCH_FENCE):
             done(ErrorCode.invalid_txn_state)
@@ -316,6 +340,13 @@ class TransactionCoordinator:
         new = txn.transition(TxnState.ONGOING, now_ms, partitions=(txn.partitions | added) if ongoing else added,
                              start_ms=txn.start_ms if ongoing else now_ms)
         self._write(new, done)
+
+    def _completing(self, transactional_id: str) -> bool:
+        """The id's transaction is prepared and only its markers or its Complete* record
+        remain to be written."""
+        txn = self.txns.get(transactional_id)
+        return (txn is not None and txn.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+                and self._pending.get(transactional_id) in (None, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT))
 
     def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Iterable[TopicPartition]
                           ) -> dict[TopicPartition, ErrorCode]:
@@ -344,7 +375,7 @@ class TransactionCoordinator:
             return
         state = txn.state
         if state is TxnState.ONGOING:
-            self._prepare_end(txn, committed, txn.producer_epoch, done)
+            self._prepare_end(txn, committed, done)
         elif state is TxnState.COMPLETE_COMMIT:
             done(ErrorCode.none if committed else ErrorCode.invalid_txn_state)
         elif state is TxnState.COMPLETE_ABORT:
@@ -356,11 +387,8 @@ class TransactionCoordinator:
         else:
             done(ErrorCode.invalid_txn_state)  # Empty: nothing to end; Dead, PrepareEpochFence
 
-    def _prepare_end(self, txn: TxnMetadata, committed: bool, producer_epoch: int, done: ErrorDone) -> None:
-        state = TxnState.PREPARE_COMMIT if committed else TxnState.PREPARE_ABORT
-        now_ms = self._clock.wall_ms()
-        new = txn.transition(state, now_ms, producer_epoch=producer_epoch,
-                             last_producer_epoch=txn.last_producer_epoch if producer_epoch == txn.producer_epoch else NO_PRODUCER_EPOCH)
+    def _prepare_end(self, txn: TxnMetadata, committed: bool, done: ErrorDone) -> None:
+        new = txn.transition(TxnState.PREPARE_COMMIT if committed else TxnState.PREPARE_ABORT, self._clock.wall_ms())
         epoch = self.coordinator_epoch(txn.transactional_id)
 
         def prepared(error: ErrorCode) -> None:
@@ -371,11 +399,34 @@ class TransactionCoordinator:
         self._write(new, prepared)
 
     def _fence_and_abort(self, txn: TxnMetadata, done: ErrorDone) -> None:
-        """Abort an ongoing transaction under a bumped epoch (Kafka's PrepareEpochFence): the
-        producer that opened it is fenced by the markers' epoch."""
-        log.info("%s: aborting the ongoing transaction of producer %d epoch %d with epoch %d", txn.transactional_id, txn.producer_id,
-                 txn.producer_epoch, txn.producer_epoch + 1)
-        self._prepare_end(txn, False, txn.producer_epoch + 1, done)
+        """Fence the producer of an ongoing transaction and abort it under the bumped epoch,
+        as Kafka's PrepareEpochFence does (InitProducerId over an open transaction, the
+        timeout): PrepareEpochFence is the id's pending state while the abort is written,
+        never a record of its own. The record is PrepareAbort with the bumped epoch and no
+        last epoch (so a KIP-360 bump from the fenced epoch is refused later); a coordinator
+        that loads it finishes the abort like any prepared one. If the write fails, the bump
+        stays in memory unanswered (Kafka's hasFailedEpochFence): the old producer remains
+        fenced and the next fence reuses the epoch."""
+        transactional_id = txn.transactional_id
+        now_ms = self._clock.wall_ms()
+        bumped = txn.producer_epoch if txn.failed_epoch_fence else txn.producer_epoch + 1
+        fence = txn.transition(TxnState.PREPARE_EPOCH_FENCE, now_ms, producer_epoch=bumped, last_producer_epoch=NO_PRODUCER_EPOCH)
+        abort = fence.transition(TxnState.PREPARE_ABORT, now_ms, failed_epoch_fence=False)
+        coordinator_epoch = self.coordinator_epoch(transactional_id)
+        log.info("%s: fencing producer %d epoch %d: aborting its ongoing transaction with epoch %d", transactional_id, txn.producer_id,
+                 txn.producer_epoch, bumped)
+        self._fence_epochs[transactional_id] = bumped
+
+        def written(error: ErrorCode) -> None:
+            if error is ErrorCode.none:
+                done(error)
+                self._send_markers(abort, coordinator_epoch)
+                return
+            if self._current(transactional_id, coordinator_epoch) and self.txns.get(transactional_id) == txn:
+                self.txns[transactional_id] = dataclasses.replace(fence, state=txn.state, failed_epoch_fence=True)
+            done(error)
+
+        self._write(abort, written, pending=TxnState.PREPARE_EPOCH_FENCE)
 
     def _send_markers(self, txn: TxnMetadata, epoch: int) -> None:
         transactional_id = txn.transactional_id
@@ -401,6 +452,8 @@ class TransactionCoordinator:
                 if error is not ErrorCode.none:
                     log.info("%s: writing %s failed (%s); trying again", transactional_id, final.kafka_name, error.name)
                     self._scheduler.call_later(COMPLETE_RETRY_BACKOFF_MS, write_complete)
+                    return
+                self.parked.release(transactional_id)
 
             self._write(new, written)
 

@@ -73,6 +73,11 @@ class TxnMetadata:
     last_producer_epoch: int = NO_PRODUCER_EPOCH
     start_ms: int = -1  # when the ongoing transaction began; -1 when none
     update_ms: int = -1  # the last transition
+    # Kafka's hasFailedEpochFence, kept in memory only (never written): writing a fencing
+    # abort failed, and this value already carries the bumped epoch, which no client was
+    # told. The producer that opened the transaction stays fenced, and the next fence
+    # (InitProducerId's retry, the timeout) reuses the epoch instead of bumping it again.
+    failed_epoch_fence: bool = False
 
     def transition(self, state: TxnState, now_ms: int, **changes: object) -> TxnMetadata:
         if self.state not in VALID_PREVIOUS[state]:

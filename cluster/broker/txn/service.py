@@ -40,7 +40,8 @@ class TxnService:
         config = broker.config
         self.markers = MarkerSender(broker.outbound, broker.scheduler, lambda: broker.controller_client.image)
         self.coordinator = TransactionCoordinator(
-            TxnSettings(config.transaction_max_timeout_ms, config.transactional_id_expiration_ms), broker.clock, broker.scheduler, self,
+            TxnSettings(config.transaction_max_timeout_ms, config.transactional_id_expiration_ms,
+                        config.transaction_add_partitions_wait_max_ms), broker.clock, broker.scheduler, self,
             broker.producer_ids,
             self.markers, self.num_partitions)
         # KIP-890 part 1: the produce path asks coordinators through this before a

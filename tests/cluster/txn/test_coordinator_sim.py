@@ -95,19 +95,26 @@ def test_the_next_leader_of_the_state_partition_takes_over_the_transactions() ->
     assert state_partition is not None and taken_over.coordinator_epoch(TXN_ID) == state_partition.leader_epoch
     # The prepared commit binds the new coordinator too: its producer may not start another
     # until the new coordinator has written the markers (WriteTxnMarkers to the partitions'
-    # leaders) and CompleteCommit.
-    (error,) = call(sim, taken_over.add_partitions, TXN_ID, pid, epoch, [TopicPartition("events", 0)])
-    assert error is ErrorCode.concurrent_transactions
-    sim.run_until(lambda: taken_over.txns[TXN_ID].state is TxnState.COMPLETE_COMMIT, 30_000, what="the commit completed")
-    for index in (0, 1):
-        leader = next(b for b in sim.running_brokers() if (p := b.partition("events", index)) is not None and p.is_leader)
-        partition = leader.partition("events", index)
-        assert partition is not None
-        entry = partition.producers.entry(pid)
-        assert entry is not None and entry.current_txn_first_offset < 0  # the marker closed its transaction there
-        assert partition.high_watermark >= 2  # the batch and its commit marker (the old coordinator's may have landed too)
-    (error,) = call(sim, taken_over.add_partitions, TXN_ID, pid, epoch, [TopicPartition("events", 0)])
-    assert error is ErrorCode.none
+    # leaders) and CompleteCommit. The next transaction's AddPartitionsToTxn waits for that
+    # (transaction.add.partitions.wait.max.ms) and is answered only then.
+    def markers_closed() -> bool:
+        for index in (0, 1):
+            leader = next(b for b in sim.running_brokers() if (p := b.partition("events", index)) is not None and p.is_leader)
+            partition = leader.partition("events", index)
+            assert partition is not None
+            entry = partition.producers.entry(pid)
+            assert partition.high_watermark >= 2  # the batch and its commit marker (the old coordinator's may have landed too)
+            if entry is None or entry.current_txn_first_offset >= 0:
+                return False  # the marker has not closed its transaction there
+        return True
+
+    answered: list[tuple[ErrorCode, TxnState | None, bool]] = []
+    taken_over.add_partitions(TXN_ID, pid, epoch, [TopicPartition("events", 0)], lambda error: answered.append(
+        (error, taken_over.txns[TXN_ID].state, markers_closed())))
+    assert not answered and taken_over.parked.count(TXN_ID) == 1
+    sim.run_until(lambda: bool(answered), 30_000, step_ms=1, what="the parked AddPartitionsToTxn answered")
+    assert answered == [(ErrorCode.none, TxnState.ONGOING, True)]
+    assert taken_over.txns[TXN_ID].partitions == {TopicPartition("events", 0)}
 
 
 def test_a_transition_is_not_answered_while_the_state_partition_lacks_its_min_isr() -> None:

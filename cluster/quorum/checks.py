@@ -13,7 +13,8 @@ history of its (epoch, role, leader). The checks:
   machine safety);
 - `committed-lost`: a committed record is held by fewer than a majority of the voters'
   logs at the end (a record below a node's log start counts as held: its snapshot has it);
-- `acknowledged-lost`: an append acknowledged as committed is not committed at its offset.
+- `acknowledged-lost`: an append acknowledged as committed is held by fewer than a
+  majority of the voters' logs at the end.
 """
 
 from __future__ import annotations
@@ -61,12 +62,14 @@ def check_quorum(nodes: Sequence[NodeView], voter_count: int | None = None,
     committed, disagreements = _committed(nodes)
     violations += disagreements
     violations += _committed_on_majority(nodes, committed, voter_count)
+    logs = _final_logs(nodes)
+    need = voter_count // 2 + 1
     for offset, record_hash in acknowledged:
-        entry = committed.get(offset)
-        if entry is None or entry[1] != record_hash:
-            found = "nothing" if entry is None else f"epoch {entry[0]} record {entry[1]}"
-            violations.append(Violation("acknowledged-lost", f"the append acknowledged at offset {offset} (record {record_hash}) is not "
-                                                             f"committed there: {found}"))
+        holders = [node_id for entries, start, node_id in logs if offset < start or (offset in entries and entries[offset][1] == record_hash)]
+        if len(holders) < need:
+            violations.append(Violation("acknowledged-lost", f"the append acknowledged at offset {offset} (record {record_hash}) is on "
+                                                             f"{len(holders)} of {voter_count} voters {sorted(holders)} at the end, "
+                                                             f"fewer than a majority"))
     return violations
 
 
@@ -137,7 +140,7 @@ def _committed(nodes: Sequence[NodeView]) -> tuple[dict[int, tuple[int, str, int
 
 def _committed_on_majority(nodes: Sequence[NodeView], committed: dict[int, tuple[int, str, int]], voter_count: int) -> list[Violation]:
     need = voter_count // 2 + 1
-    logs = [({offset: (epoch, h) for offset, epoch, h in node.log}, node.log_start_offset, node.node_id) for node in nodes]
+    logs = _final_logs(nodes)
     out = []
     for offset in sorted(committed):
         epoch, record_hash, _ = committed[offset]
@@ -146,3 +149,7 @@ def _committed_on_majority(nodes: Sequence[NodeView], committed: dict[int, tuple
             out.append(Violation("committed-lost", f"offset {offset} (epoch {epoch}, record {record_hash}) is on {len(holders)} of "
                                                    f"{voter_count} voters {sorted(holders)} at the end, fewer than a majority"))
     return out
+
+
+def _final_logs(nodes: Sequence[NodeView]) -> list[tuple[dict[int, tuple[int, str]], int, int]]:
+    return [({offset: (epoch, h) for offset, epoch, h in node.log}, node.log_start_offset, node.node_id) for node in nodes]

@@ -15,6 +15,9 @@ DEFAULTS: dict[str, str] = {
     "controller.quorum.request.timeout.ms": "2000",
     "controller.quorum.retry.backoff.ms": "20",
     "controller.quorum.fetch.max.wait.ms": "500",
+    # Ours: how many bytes of the log one follower fetch asks for (at least one batch comes
+    # back whatever the limit, as KIP-74 says).
+    "controller.quorum.fetch.max.bytes": str(8 * 1024 * 1024),
     # Snapshots: after this many bytes of new committed records, or this long.
     "metadata.log.max.record.bytes.between.snapshots": str(20 * 1024 * 1024),
     "metadata.log.max.snapshot.interval.ms": str(60 * 60 * 1000),
@@ -55,6 +58,7 @@ class QuorumConfig:
     request_timeout_ms: int = 2000
     retry_backoff_ms: int = 20
     fetch_max_wait_ms: int = 500
+    fetch_max_bytes: int = 8 * 1024 * 1024
     snapshot_max_new_record_bytes: int = 20 * 1024 * 1024
     snapshot_max_interval_ms: int = 60 * 60 * 1000
     # Unsafe: grant votes (and pre-votes) without comparing the candidate's log with ours,
@@ -73,6 +77,7 @@ class QuorumConfig:
             request_timeout_ms=_int(props, "controller.quorum.request.timeout.ms", 1),
             retry_backoff_ms=_int(props, "controller.quorum.retry.backoff.ms", 0),
             fetch_max_wait_ms=_int(props, "controller.quorum.fetch.max.wait.ms", 0),
+            fetch_max_bytes=_int(props, "controller.quorum.fetch.max.bytes", 1),
             snapshot_max_new_record_bytes=_int(props, "metadata.log.max.record.bytes.between.snapshots", 1),
             snapshot_max_interval_ms=_int(props, "metadata.log.max.snapshot.interval.ms", 0),
             vote_skip_log_check=_bool(props, "controller.quorum.vote.skip.log.check"),

@@ -48,7 +48,6 @@ from cluster.quorum.snapshot import SnapshotId
 from cluster.storage.disk import Disk
 
 log = logging.getLogger(__name__)
-FETCH_MAX_BYTES = 8 << 20
 SNAPSHOT_CHUNK_BYTES = 1 << 20
 _NEVER = -(1 << 62)
 
@@ -573,7 +572,7 @@ class RaftQuorum:
         generation = self._generation
         assert self.leader_id is not None
         body = rpc.fetch_request(self.node_id, self.epoch, self.log.end_offset, self.log.last_epoch, self.log.start_offset,
-                                 self.config.fetch_max_wait_ms, FETCH_MAX_BYTES)
+                                 self.config.fetch_max_wait_ms, self.config.fetch_max_bytes)
 
         def done(result: OutboundResult) -> None:
             if self._generation != generation:

@@ -226,6 +226,9 @@ class QuorumSim:
         self.network.resume(quorum_host(node_id))
 
     def isolate(self, groups: Iterable[Iterable[int]]) -> None:
+        """Partition the nodes into `groups` (replacing any partition before); a node not
+        named keeps talking to everyone."""
+        self.network.heal()
         self.network.isolate([[quorum_host(n) for n in group] for group in groups])
 
     def block(self, from_node: int, to_node: int) -> None:
@@ -233,6 +236,10 @@ class QuorumSim:
 
     def heal(self) -> None:
         self.network.heal()
+
+    def set_link_fault(self, from_node: int, to_node: int, fault: LinkFault, tag: str = "") -> None:
+        """`fault` on messages from `from_node` to `to_node` (one direction)."""
+        self.network.set_link_fault(quorum_host(from_node), quorum_host(to_node), fault, tag)
 
     def set_node_fault(self, node_id: int, fault: LinkFault, tag: str = "") -> None:
         self.network.set_node_fault(quorum_host(node_id), fault, tag)

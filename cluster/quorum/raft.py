@@ -148,6 +148,7 @@ class RaftQuorum:
         self._last_snapshot_ns = 0
         self._delivering = False
         self.transitions: list[Transition] = []
+        self.snapshots_installed = 0  # from the leader, by FetchSnapshot
 
     # ---- MetadataQuorum ---------------------------------------------------------------------
 
@@ -660,6 +661,7 @@ class RaftQuorum:
 
     def _install_snapshot(self, download: _SnapshotDownload) -> None:
         self._download = None
+        self.snapshots_installed += 1
         snapshot_id = download.snapshot_id
         data = bytes(download.data)
         self.log.install_snapshot(snapshot_id, data, self.clock.wall_ms())

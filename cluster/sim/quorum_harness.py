@@ -16,7 +16,7 @@ import random
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from cluster.broker.env import Endpoint
+from cluster.broker.env import Endpoint, OutboundResult
 from cluster.quorum.api import QuorumVoters
 from cluster.quorum.checks import NodeView, Violation, check_quorum
 from cluster.quorum.config import QuorumConfig
@@ -30,6 +30,7 @@ from cluster.storage.disk import MemoryDisk
 
 QUORUM_PORT = 9093
 DATA_DIR = "/quorum"
+CLIENT_HOST = "127.0.3.250"  # tools and tests send requests from here
 
 
 def quorum_host(node_id: int) -> str:
@@ -97,6 +98,7 @@ class QuorumSim:
         self._slots = {i: _Slot(i) for i in self.voters.voters}
         self.acknowledged: list[tuple[int, str]] = []  # (offset, record hash) answered as committed
         self.failed_appends = 0
+        self._client = VirtualOutbound(self.network, CLIENT_HOST)
         for node_id, endpoint in self.voters.voters.items():
             self.network.add_node(SimNode(endpoint, self._handler(node_id), QUORUM_VERSIONS))
         for node_id in self._slots:
@@ -216,6 +218,19 @@ class QuorumSim:
                 self.acknowledged.append((base_offset, record_hash(value)))
 
         return leader.append([value], done) is not None
+
+    def send(self, node_id: int, api_key: int, api_version: int, body: object, timeout_ms: int = 5_000) -> list[OutboundResult]:
+        """Send one request from the client host to a node; the list gets the answer."""
+        answers: list[OutboundResult] = []
+        self._client.send(self.voters.voters[node_id], api_key, api_version, body, answers.append, timeout_ms)
+        return answers
+
+    def call(self, node_id: int, api_key: int, api_version: int, body: object) -> object:
+        """Send and run until answered; the response body."""
+        answers = self.send(node_id, api_key, api_version, body)
+        self.run_until(lambda: bool(answers), 5_000, step_ms=0.5, what=f"an answer to API {api_key} from node {node_id}")
+        assert answers[0].ok, answers[0].error
+        return answers[0].body
 
     # ---- faults -------------------------------------------------------------------------------
 

@@ -428,6 +428,11 @@ class RaftQuorum:
         now_ns = self.clock.monotonic_ns()
         live = sum(1 for v, p in self._progress.items() if v == self.node_id or now_ns - p.last_fetch_ns < window_ns)
         if live >= majority(len(self.voters)):
+            # Voters not fetching may have missed BeginQuorumEpoch (cut off, restarted, or
+            # pre-voting among themselves): tell them again who leads.
+            for voter, progress in self._progress.items():
+                if voter != self.node_id and now_ns - progress.last_fetch_ns >= self.config.fetch_timeout_ms * 1e6:
+                    self._send_begin_quorum_epoch(voter, -1)
             oldest = min((p.last_fetch_ns for v, p in self._progress.items() if v != self.node_id), default=now_ns)
             self._arm(max(1.0, min(self.config.fetch_timeout_ms * 1.5, (oldest + window_ns - now_ns) / 1e6 + 1)), self._check_quorum)
             return
@@ -459,7 +464,9 @@ class RaftQuorum:
             if answer is None or result.body.error_code != ErrorCode.none:
                 return
             leader = int(answer.leader_id)
-            if self._observe_epoch(int(answer.leader_epoch), leader if leader >= 0 else None, adopt_leader=False):
+            # A leader of our epoch is followed when the leader itself answered (it lives);
+            # another voter naming it may name the very leader we stopped hearing from.
+            if self._observe_epoch(int(answer.leader_epoch), leader if leader >= 0 else None, adopt_leader=leader == voter):
                 return
             if answer.vote_granted:
                 self._granted.add(voter)
@@ -518,7 +525,7 @@ class RaftQuorum:
                 if answer is not None and answer.error_code == ErrorCode.none:
                     progress.begin_acked = True
                     return
-            if progress.end_offset < 0:  # it has not fetched in this epoch either: try again
+            if progress.end_offset < 0 and attempt >= 0:  # it has not fetched in this epoch either: try again
                 delay = backoff_ms(attempt + 1, self.config.retry_backoff_ms, self.config.election_timeout_ms, self.rng)
                 self.scheduler.call_later(delay, lambda: self._send_begin_quorum_epoch(voter, attempt + 1)
                                           if self._generation == generation else None)

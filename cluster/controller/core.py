@@ -20,7 +20,7 @@ import datetime
 import logging
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,8 +113,10 @@ class _MetadataWaiter:
 
 class Controller:
     def __init__(self, config: ControllerConfig, disk: Any, clock: Clock, scheduler: Scheduler, rng: Rng,
-                 quorum_factory: QuorumFactory | None = None) -> None:
+                 quorum_factory: QuorumFactory | None = None, quorum_versions: Mapping[ApiKey, VersionRange] | None = None) -> None:
         self.config = config
+        # What the connection layer decodes: the controller's APIs and, with a quorum, its own.
+        self.versions = {**quorum_versions, **CONTROLLER_VERSIONS} if quorum_versions else CONTROLLER_VERSIONS
         self.disk = disk
         self.clock = clock
         self.scheduler = scheduler
@@ -137,6 +139,9 @@ class Controller:
         self._committed_end = 0  # end offset of the last append known committed
         self._barriers: list[_Barrier] = []
         self.failovers = 0  # times this node became the active controller
+        # Told (offset, quorum epoch, record value) of every committed record as it is
+        # applied: the runtime's journal for the checks after a run (quorum_journal.py).
+        self.on_committed: Callable[[int, int, bytes], None] | None = None
         self._last_heartbeat_ns: dict[int, int] = {}
         self._waiters: list[_MetadataWaiter] = []
         # Brokers being unfenced by the batch under construction (usable for its elections).
@@ -158,7 +163,7 @@ class Controller:
             ApiKey.ELECT_LEADERS: self._elect_leaders,
         }
 
-    versions = CONTROLLER_VERSIONS
+    versions: Mapping[ApiKey, VersionRange] = CONTROLLER_VERSIONS  # an instance with a quorum serves the quorum's too
 
     @property
     def endpoint(self) -> Endpoint:
@@ -235,6 +240,8 @@ class Controller:
         for i, value in enumerate(records):
             offset = base_offset + i
             self.committed_image.apply(decode_record(value, f"at offset {offset} of the metadata quorum"), offset)
+            if self.on_committed is not None:
+                self.on_committed(offset, epoch, value)
         self._wake_waiters()
 
     def on_become_leader(self, epoch: int) -> None:
@@ -345,6 +352,13 @@ class Controller:
             self.image.apply(record, base + i)
         self._appended_end = max(self._appended_end, base + len(records))
         return base
+
+    def _next_append_offset(self) -> int:
+        """The offset the next appended record gets."""
+        if self.quorum is None:
+            assert self.metadata_log is not None
+            return self.metadata_log.end_offset
+        return self.quorum.state.log_end_offset
 
     def _release_barriers(self) -> None:
         ready = [b for b in self._barriers if b.end_offset <= self._committed_end]
@@ -460,12 +474,13 @@ class Controller:
                 answer(ErrorCode.duplicate_broker_registration)
                 return
             records += self._fence_records(broker_id)
-        assert self.metadata_log is not None
-        epoch = self.metadata_log.end_offset + len(records)
+        # The broker epoch is the offset its registration record will have.
+        epoch = self._next_append_offset() + len(records)
         listener = body.listeners[0]
         records.append(RegisterBrokerRecord(broker_id, epoch, incarnation, listener.host, int(listener.port), fenced=True))
         self._log_partition_changes(records, f"broker {broker_id} re-registered")
-        self.commit(records)
+        base = self.commit(records)
+        assert base + len(records) - 1 == epoch, f"registration record at {base + len(records) - 1}, expected {epoch}"
         self._last_heartbeat_ns[broker_id] = self.clock.monotonic_ns()
         log.info("broker %d registered at %s:%d with epoch %d (incarnation %s)", broker_id, listener.host, listener.port, epoch, incarnation)
         answer(ErrorCode.none, epoch)

@@ -1,5 +1,5 @@
-"""`SimCluster`: one controller and N brokers, the real cores, on one virtual clock and a
-virtual network, with the faults a chaos run injects (crash with or without losing unflushed
+"""`SimCluster`: one controller (or a quorum of 3 or 5: `controllers=`) and N brokers, the
+real cores, on one virtual clock and a virtual network, with the faults a chaos run injects (crash with or without losing unflushed
 data, restart, pause, network partitions) and clients that speak real frames.
 
 Deterministic: everything random comes from one seeded RNG, and time moves only through
@@ -19,6 +19,8 @@ from cluster.broker.env import Endpoint, OutboundResult
 from cluster.config import BrokerConfig
 from cluster.controller.config import ControllerConfig
 from cluster.controller.core import CONTROLLER_VERSIONS, Controller
+from cluster.controller.quorum_journal import ControllerJournal, describe_quorum, node_view
+from cluster.controller.quorum_node import quorum_available, quorum_versions, raft_factory
 from cluster.protocol.codec import build, request_class
 from cluster.runtime.virtual_time import NodeClock, VirtualClock, VirtualScheduler
 from cluster.sim.link_fault import LinkFault, LinkFaultError
@@ -29,6 +31,7 @@ from cluster.storage.faulty_disk import DiskFaults, FaultyDisk, TornTail
 CONTROLLER_ID = 1000
 CONTROLLER_HOST = "127.0.0.9"
 CONTROLLER_PORT = 9093
+MAX_CONTROLLERS = 7  # controller i on 127.0.0.(9-i): 127.0.0.3-9, clear of the client's 127.0.0.1
 BROKER_PORT = 9092
 CLIENT_HOST = "127.0.0.1"
 # Fast failure detection so simulated failovers take simulated seconds, not tens of them.
@@ -53,6 +56,11 @@ HALT_EXIT_MS = 5.0
 
 def broker_host(broker_id: int) -> str:
     return f"127.0.0.{10 + broker_id}"
+
+
+def controller_host(node_id: int) -> str:
+    """Controller `node_id` (1000, 1001, ...) at 127.0.0.9, 127.0.0.8, ..."""
+    return f"127.0.0.{9 - (node_id - CONTROLLER_ID)}"
 
 
 def _is_loopback_address(host: str) -> bool:
@@ -82,6 +90,25 @@ class SimCall:
 
 
 @dataclass(slots=True)
+class _ControllerSlot:
+    node_id: int
+    disk: MemoryDisk = field(default_factory=MemoryDisk)
+    clock: NodeClock | None = None
+    controller: Controller | None = None
+    scheduler: NodeScheduler | None = None
+    outbound: VirtualOutbound | None = None
+    journal: ControllerJournal | None = None  # over every incarnation, for the checks
+
+    @property
+    def host(self) -> str:
+        return controller_host(self.node_id)
+
+    @property
+    def endpoint(self) -> Endpoint:
+        return Endpoint(self.node_id, self.host, CONTROLLER_PORT)
+
+
+@dataclass(slots=True)
 class _BrokerSlot:
     broker_id: int
     disk: MemoryDisk = field(default_factory=MemoryDisk)
@@ -98,7 +125,12 @@ class _BrokerSlot:
 
 class SimCluster:
     def __init__(self, n_brokers: int = 3, properties: Mapping[str, str] | None = None, seed: int = 1,
-                 broker_properties: Mapping[int, Mapping[str, str]] | None = None) -> None:
+                 broker_properties: Mapping[int, Mapping[str, str]] | None = None, controllers: int = 1,
+                 controller_observer: Callable[[Any], None] | None = None) -> None:
+        if not 1 <= controllers <= MAX_CONTROLLERS:
+            raise ValueError(f"controllers={controllers}: the simulated cluster runs 1-{MAX_CONTROLLERS} controllers")
+        if controllers > 1 and not quorum_available():
+            raise ValueError(f"controllers={controllers} needs the metadata quorum (cluster/quorum/raft.py), which this checkout lacks")
         self.seed = seed
         self.rng = random.Random(seed)
         self.clock = VirtualClock()
@@ -109,15 +141,21 @@ class SimCluster:
                            "transaction.state.log.min.isr": str(min(2, n_brokers)), **(properties or {})}
         self._broker_properties = {b: dict(p) for b, p in (broker_properties or {}).items()}
         self.controller_endpoint = Endpoint(CONTROLLER_ID, CONTROLLER_HOST, CONTROLLER_PORT)
-        self._controller_disk = MemoryDisk()
-        self._controller_scheduler: NodeScheduler | None = None
-        self.controller: Controller | None = None
+        # Several controllers replicate the metadata log through the Raft quorum; a single
+        # one runs on its own metadata log.
+        self.uses_quorum = controllers > 1
+        self._controller_observer = controller_observer
+        self._controllers = {CONTROLLER_ID + i: _ControllerSlot(CONTROLLER_ID + i) for i in range(controllers)}
+        self.voters = ",".join(f"{c.node_id}@{c.host}:{CONTROLLER_PORT}" for c in self._controllers.values())
         self._slots = {b: _BrokerSlot(b) for b in range(n_brokers)}
         self._client = VirtualOutbound(self.network, CLIENT_HOST)
-        self.network.add_node(SimNode(self.controller_endpoint, self._controller_handle, CONTROLLER_VERSIONS))
+        versions = {**quorum_versions(), **CONTROLLER_VERSIONS} if self.uses_quorum else CONTROLLER_VERSIONS
+        for slot in self._controllers.values():
+            self.network.add_node(SimNode(slot.endpoint, self._controller_handle(slot.node_id), versions))
         for broker_id in self._slots:
             self.network.add_node(SimNode(Endpoint(broker_id, broker_host(broker_id), BROKER_PORT), self._broker_handle(broker_id)))
-        self.start_controller()
+        for node_id in self._controllers:
+            self.start_controller(node_id)
         for broker_id in self._slots:
             self.start_broker(broker_id)
 
@@ -127,26 +165,109 @@ class SimCluster:
     def broker_ids(self) -> list[int]:
         return sorted(self._slots)
 
+    @property
+    def controller_ids(self) -> list[int]:
+        return sorted(self._controllers)
+
     def broker_config(self, broker_id: int) -> BrokerConfig:
-        props = {**self.properties, "controller.quorum.voters": f"{CONTROLLER_ID}@{CONTROLLER_HOST}:{CONTROLLER_PORT}",
-                 **self._broker_properties.get(broker_id, {})}
+        props = {**self.properties, "controller.quorum.voters": self.voters, **self._broker_properties.get(broker_id, {})}
         return BrokerConfig.from_properties(broker_id, broker_host(broker_id), BROKER_PORT, f"/broker-{broker_id}", props)
 
-    def start_controller(self) -> None:
-        assert self.controller is None, "the controller is running"
-        self.network.revive(CONTROLLER_HOST)
-        self._controller_scheduler = NodeScheduler(self.scheduler, self.network, CONTROLLER_HOST)
-        config = ControllerConfig.from_properties(CONTROLLER_ID, CONTROLLER_HOST, CONTROLLER_PORT, "/controller", dict(self.properties))
-        self.controller = Controller(config, self._controller_disk, self.clock, self._controller_scheduler, random.Random(self.rng.getrandbits(64)))
-        self.controller.start()
+    @property
+    def controller(self) -> Controller | None:
+        """The active controller (the only one, running, without a quorum); None while no
+        controller leads. A paused or cut-off former leader may still believe it leads: the
+        one of the highest epoch is the active one."""
+        running = [s.controller for s in self._controllers.values() if s.controller is not None]
+        if not self.uses_quorum:
+            return running[0] if running else None
+        return max((c for c in running if c.is_active), key=lambda c: c.epoch, default=None)
 
-    def kill_controller(self, lose_unflushed: bool = False) -> None:
-        assert self.controller is not None and self._controller_scheduler is not None
-        self._controller_scheduler.halt()
-        self.network.crash(CONTROLLER_HOST)
+    def controller_node(self, node_id: int) -> Controller:
+        controller = self._controller_slot(node_id).controller
+        assert controller is not None, f"controller {node_id} is not running"
+        return controller
+
+    def running_controllers(self) -> list[Controller]:
+        return [s.controller for _, s in sorted(self._controllers.items()) if s.controller is not None]
+
+    def _controller_slot(self, node_id: int) -> _ControllerSlot:
+        slot = self._controllers.get(node_id)
+        if slot is None:
+            raise ValueError(f"no controller {node_id}; controllers: {self.controller_ids}")
+        return slot
+
+    def start_controller(self, node_id: int = CONTROLLER_ID) -> Controller:
+        slot = self._controller_slot(node_id)
+        assert slot.controller is None, f"controller {node_id} is running"
+        self.network.revive(slot.host)
+        slot.scheduler = NodeScheduler(self.scheduler, self.network, slot.host)
+        if slot.clock is None:
+            slot.clock = NodeClock(self.clock)
+        props = dict(self.properties)
+        if self.uses_quorum:
+            props["controller.quorum.voters"] = self.voters
+        config = ControllerConfig.from_properties(node_id, slot.host, CONTROLLER_PORT, f"/controller-{node_id}", props)
+        rng = random.Random(self.rng.getrandbits(64))
+        if self.uses_quorum:
+            slot.outbound = self.network.outbound_for(slot.host)
+            if slot.journal is None:
+                slot.journal = ControllerJournal(node_id)
+            journal = slot.journal
+
+            def observe(transition: Any) -> None:
+                journal.role(transition.epoch, transition.role, transition.leader_id)
+                if self._controller_observer is not None:
+                    self._controller_observer(transition)
+
+            factory = raft_factory(config, slot.disk, slot.clock, slot.scheduler, random.Random(rng.getrandbits(64)), slot.outbound, observe)
+            slot.controller = Controller(config, slot.disk, slot.clock, slot.scheduler, rng, factory, quorum_versions())
+            slot.controller.on_committed = lambda offset, epoch, value: journal.commit(offset, epoch, value)
+        else:
+            slot.controller = Controller(config, slot.disk, slot.clock, slot.scheduler, rng)
+        slot.controller.start()
+        return slot.controller
+
+    def kill_controller(self, node_id: int | None = None, lose_unflushed: bool = False) -> int:
+        """SIGKILL controller `node_id` (default: the active one, else the first running);
+        returns its node id."""
+        if node_id is None:
+            active = self.controller
+            node_id = active.config.node_id if active is not None else next(s.node_id for s in self._controllers.values() if s.controller)
+        slot = self._controller_slot(node_id)
+        assert slot.controller is not None and slot.scheduler is not None, f"controller {node_id} is not running"
+        slot.scheduler.halt()
+        if slot.outbound is not None:
+            slot.outbound.dead = True
+        self.network.crash(slot.host)
         if lose_unflushed:
-            self._controller_disk.crash()
-        self.controller = None
+            slot.disk.crash()
+        slot.controller = None
+        return node_id
+
+    def quorum_report(self) -> dict[str, Any]:
+        """The controllers' metadata logs and journals, judged (quorum_journal.describe_quorum):
+        what a run's checks read, with `violations` and `valid`."""
+        from cluster.quorum.log import ReplicatedLog
+
+        assert self.uses_quorum, "a single controller has no quorum to judge"
+        views, journals = [], []
+        for node_id, slot in sorted(self._controllers.items()):
+            journal = slot.journal or ControllerJournal(node_id)
+            if slot.controller is not None and slot.controller.quorum is not None:
+                replicated = slot.controller.quorum.log  # type: ignore[attr-defined]
+                views.append(node_view(journal, replicated.describe(), replicated.start_offset))
+            else:
+                offline = ReplicatedLog(slot.disk, f"/controller-{node_id}", self.clock.wall_ms())
+                try:
+                    views.append(node_view(journal, offline.describe(), offline.start_offset))
+                finally:
+                    offline.close()
+            journals.append(journal)
+        return describe_quorum(views, journals, len(self._controllers))
+
+    def is_controller_running(self, node_id: int) -> bool:
+        return self._controller_slot(node_id).controller is not None
 
     def start_broker(self, broker_id: int) -> Broker:
         slot = self._slots[broker_id]
@@ -264,19 +385,24 @@ class SimCluster:
             self.scheduler.call_at_ns(slot.stalled_until_ns, maybe_resume)
 
     def skew_clock(self, broker_id: int, skew_ms: int) -> None:
-        """Set broker `broker_id`'s wall clock `skew_ms` away from true time (a clock fault:
-        its monotonic clock, and so its timers, keep running at the shared rate)."""
-        slot = self._slots[broker_id]
+        """Set broker (or controller) `broker_id`'s wall clock `skew_ms` away from true time
+        (a clock fault: its monotonic clock, and so its timers, keep running at the shared
+        rate)."""
+        slot: _BrokerSlot | _ControllerSlot = self._controllers[broker_id] if broker_id in self._controllers else self._slots[broker_id]
         if slot.clock is None:
             slot.clock = NodeClock(self.clock)
         slot.clock.skew_ms = skew_ms
 
     def pause(self, broker_id: int) -> None:
+        """SIGSTOP a broker or a controller (by its node id)."""
+        if broker_id in self._controllers:
+            self.network.pause(controller_host(broker_id))
+            return
         self._slots[broker_id].stalled = False  # a slow fsync's hold becomes the pause's: resume() ends it
         self.network.pause(broker_host(broker_id))
 
     def resume(self, broker_id: int) -> None:
-        self.network.resume(broker_host(broker_id))
+        self.network.resume(controller_host(broker_id) if broker_id in self._controllers else broker_host(broker_id))
 
     def broker(self, broker_id: int) -> Broker:
         broker = self._slots[broker_id].broker
@@ -289,9 +415,12 @@ class SimCluster:
     def running_brokers(self) -> list[Broker]:
         return [s.broker for _, s in sorted(self._slots.items()) if s.broker is not None]
 
-    def _controller_handle(self, request: Any, client: Any, reply: Any) -> None:
-        assert self.controller is not None
-        self.controller.handle(request, client, reply)
+    def _controller_handle(self, node_id: int) -> Callable[[Any, Any, Any], None]:
+        def handle(request: Any, client: Any, reply: Any) -> None:
+            controller = self._controllers[node_id].controller
+            assert controller is not None, f"request delivered to stopped controller {node_id}"
+            controller.handle(request, client, reply)
+        return handle
 
     def _broker_handle(self, broker_id: int) -> Callable[[Any, Any, Any], None]:
         def handle(request: Any, client: Any, reply: Any) -> None:
@@ -304,18 +433,24 @@ class SimCluster:
 
     @staticmethod
     def host_of(node: int | str) -> str:
-        """A broker id, "controller", or "client"."""
+        """A broker id, a controller's node id (1000...), "controller" (the first), or
+        "client"."""
         if node == "controller":
             return CONTROLLER_HOST
         if node == "client":
             return CLIENT_HOST
         assert isinstance(node, int)
-        return broker_host(node)
+        return controller_host(node) if node >= CONTROLLER_ID else broker_host(node)
 
     def isolate(self, groups: Iterable[Iterable[int | str]]) -> None:
-        """Partition into `groups` of nodes (broker ids, "controller", "client"); nodes not
-        named keep talking to everyone."""
-        self.network.isolate([[self.host_of(n) for n in group] for group in groups])
+        """Partition into `groups` of nodes (broker ids, controller node ids, "controller":
+        every controller, "client"); nodes not named keep talking to everyone."""
+        def hosts(node: int | str) -> list[str]:
+            if node == "controller":
+                return [c.host for c in self._controllers.values()]
+            return [self.host_of(node)]
+
+        self.network.isolate([[h for n in group for h in hosts(n)] for group in groups])
 
     def block(self, from_node: int | str, to_node: int | str) -> None:
         self.network.block(self.host_of(from_node), self.host_of(to_node))
@@ -332,10 +467,10 @@ class SimCluster:
         if isinstance(node, bool):
             raise LinkFaultError(f"{node!r} is not a node")
         if isinstance(node, int):
-            if node == CONTROLLER_ID:
-                return CONTROLLER_HOST
+            if node in self._controllers:
+                return controller_host(node)
             if node not in self._slots:
-                raise LinkFaultError(f"no broker {node}; brokers: {self.broker_ids}, controller: {CONTROLLER_ID}")
+                raise LinkFaultError(f"no broker {node}; brokers: {self.broker_ids}, controllers: {self.controller_ids}")
             return broker_host(node)
         if node in ("controller", "client"):
             return self.host_of(node)
@@ -377,7 +512,8 @@ class SimCluster:
         """Send one request from the client host to a broker (or CONTROLLER_ID)."""
         call = SimCall()
         body = build(request_class(api_key, api_version), **fields)
-        destination = self.controller_endpoint if broker_id == CONTROLLER_ID else Endpoint(broker_id, broker_host(broker_id), BROKER_PORT)
+        destination = (self._controllers[broker_id].endpoint if broker_id in self._controllers
+                       else Endpoint(broker_id, broker_host(broker_id), BROKER_PORT))
 
         def done(result: OutboundResult) -> None:
             call.result = result

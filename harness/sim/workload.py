@@ -1,8 +1,9 @@
 """The workloads a simulated run can drive: the real workload's generators, with clients
 that run on the simulation's event loop.
 
-Only the queue workload has a simulated client so far (`workloads/clients/aiokafka_queue`);
-its transactional form (`txn=true`) does not. Others are refused with the reason.
+The queue workload (`workloads/clients/aiokafka_queue`; with `txn=true`,
+`workloads/clients/aiokafka_txn`, every op one transaction). Others are refused with the
+reason.
 """
 
 from __future__ import annotations
@@ -37,16 +38,24 @@ def check_simulated(spec: RunSpec) -> None:
     if spec.workload not in SIMULATED_WORKLOADS:
         raise NotSimulated(f"--workload {spec.workload} has no simulated client yet; simulated: "
                            f"{', '.join(SIMULATED_WORKLOADS)}")
-    from workloads.clients.aiokafka_config import UnsupportedClientSetting, aiokafka_settings
-    from workloads.queue import QueueOptions
+    from workloads.clients.aiokafka_config import UnsupportedClientSetting
 
-    opts = QueueOptions(dict(spec.workload_options), spec.brokers)
-    if opts.txn:
-        raise NotSimulated("--workload-option txn=true: transactions are not simulated yet")
     try:
-        aiokafka_settings(spec.client_config, spec.client_config_overrides)
+        _settings(spec)
     except UnsupportedClientSetting as exc:
         raise NotSimulated(str(exc)) from None
+
+
+def _settings(spec: RunSpec) -> Any:
+    """The aiokafka parameters of the run's clients (UnsupportedClientSetting if impossible)."""
+    from workloads.clients.aiokafka_config import aiokafka_settings
+    from workloads.queue import QueueOptions
+
+    if QueueOptions(dict(spec.workload_options), spec.brokers).txn:
+        from workloads.clients.aiokafka_txn import txn_settings
+
+        return txn_settings(spec.client_config, spec.client_config_overrides)
+    return aiokafka_settings(spec.client_config, spec.client_config_overrides)
 
 
 def build(spec: RunSpec, bootstrap_servers: str, wall_ms: Callable[[], int]) -> SimWorkload:
@@ -54,22 +63,26 @@ def build(spec: RunSpec, bootstrap_servers: str, wall_ms: Callable[[], int]) -> 
     (`workloads.queue.build`), whose confluent-kafka clients are never opened here."""
     check_simulated(spec)
     from workloads import queue
-    from workloads.clients.aiokafka_config import aiokafka_settings
     from workloads.clients.aiokafka_queue import AioTopicCreator, AiokafkaQueueClient
     from workloads.clients.confluent import KeyMap
     from workloads.topic_settings import requested_topic_config
 
     opts = queue.QueueOptions(dict(spec.workload_options), spec.brokers)
-    settings = aiokafka_settings(spec.client_config, spec.client_config_overrides)
+    settings = _settings(spec)
     real = queue.build(spec, bootstrap_servers)
     keys = KeyMap(opts.topic_prefix, opts.partitions_per_topic)
     topics = AioTopicCreator(bootstrap_servers, settings, opts.partitions_per_topic, opts.replication_factor,
                              topic_config=requested_topic_config(spec))
 
     def open_client(process: int | str) -> AiokafkaQueueClient:
-        return AiokafkaQueueClient(process=process, bootstrap_servers=bootstrap_servers, settings=settings, keys=keys,
-                                   topics=topics, wall_ms=wall_ms, max_poll_records=opts.max_poll_records,
-                                   default_poll_ms=opts.poll_ms)
+        common = dict(process=process, bootstrap_servers=bootstrap_servers, settings=settings, keys=keys, topics=topics,
+                      wall_ms=wall_ms, max_poll_records=opts.max_poll_records, default_poll_ms=opts.poll_ms)
+        if opts.txn:
+            from workloads.clients.aiokafka_txn import AiokafkaTxnQueueClient
+
+            # The real run's transactional id per process (workloads/queue.py).
+            return AiokafkaTxnQueueClient(transactional_id=f"logquake-txn-{opts.topic_prefix}-{process}", **common)
+        return AiokafkaQueueClient(**common)
 
     async def setup() -> None:
         await topics.ensure(keys.topic(k) for k in range(opts.key_count))

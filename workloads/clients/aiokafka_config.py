@@ -148,8 +148,8 @@ NO_EQUIVALENT: dict[str, str] = {
     "socket.connection.setup.timeout.ms": "aiokafka bounds a connection attempt by request_timeout_ms",
 }
 REFUSED: dict[str, str] = {
-    "transactional.id": "transactions are not simulated yet",
-    "transaction.timeout.ms": "transactions are not simulated yet",
+    "transactional.id": "only the transactional workloads' producers have one (--workload-option txn=true)",
+    "transaction.timeout.ms": "only the transactional workloads' producers take it (--workload-option txn=true)",
     "bootstrap.servers": "the simulation's brokers are its own",
 }
 

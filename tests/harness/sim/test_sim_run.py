@@ -75,7 +75,7 @@ def test_the_scripted_lone_leader_crash_runs_on_virtual_time_and_loses_only_what
     (["--bootstrap-servers", "127.0.0.1:9092"], "external cluster"),
     (["--nemesis", "latency"], "latency cannot run in a simulation: it drives TCP proxies"),
     (["--workload", "delivery"], "no simulated client"),
-    (["--workload-option", "txn=true"], "transactions are not simulated"),
+    (["--client-config", "transaction.timeout.ms=5000"], "only the transactional workloads' producers take it"),
     (["--client-config", "reconnect.backoff.ms=5"], "reconnect.backoff.ms has no equivalent"),
     (["--client-config", "retries=3"], "no retry count"),
 ])

@@ -1,0 +1,266 @@
+"""The queue workload's transactional client on aiokafka (`--sim --workload-option txn=true`):
+every send/poll/txn op is one transaction, recorded exactly as the confluent-kafka
+`TxnQueueClient` (workloads/clients/txn.py) records it, so the checkers judge both histories
+with the same meaning.
+
+One `AIOKafkaProducer(transactional_id=...)` per process (the id unique per process, so a
+retired process's successor comes back under a fresh id, as in Jepsen) and the queue
+client's read_committed consumer. An op runs as:
+
+    begin_transaction
+    each micro-op in order: send (wait for its acknowledgement) or poll
+        (an intentional abort before micro-op `extra.abort_at`, drawn by the generator)
+    send_offsets_to_transaction(highest polled offset + 1 per key, the consumer's group)
+    commit_transaction
+
+Outcomes, as txn.py's: before commit_transaction nothing can commit the transaction, so an
+error there (or the intentional abort) is a definite `fail` whether or not our abort
+succeeds (a transaction never asked to commit is aborted by the coordinator: our abort, the
+id's next InitProducerId, or `transaction.timeout.ms`). Only the commit can leave the outcome
+open. Where aiokafka differs from librdkafka:
+
+- aiokafka retries the retriable EndTxn errors itself (coordinator moved or loading,
+  CONCURRENT_TRANSACTIONS), without a bound: the whole commit is bounded by
+  COMMIT_TIMEOUT_S (txn.py's COMMIT_DEADLINE_S), past which it is `info`;
+- an abortable error (aiokafka's ABORTABLE_ERROR state: a group or topic authorization
+  refusal) is raised by commit_transaction before any EndTxn is sent: the op is aborted and
+  `fail`, as librdkafka's `txn_requires_abort()` commit errors are;
+- any other commit error (fenced, INVALID_TXN_STATE, a broken sender: aiokafka makes these
+  fatal) is `info`, and the process ends: its producer can run no further transaction;
+- aiokafka never expires an idempotent producer's batch (it retries until it is written),
+  so a send's wait is bounded by `message.timeout.ms` as in the queue client, and the abort
+  that follows (which first waits for the batches in flight) by CALL_TIMEOUT_S: an abort
+  that cannot finish ends the process;
+- `send_offsets_to_transaction` takes the group id only (aiokafka 0.14 sends TxnOffsetCommit
+  v0, without KIP-447's member id and generation), where librdkafka passes the consumer's
+  group metadata.
+
+Consumer rollback (Jepsen's with-consumer-rollback): an op that is not ok seeks every key it
+polled back to the first offset it polled there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from aiokafka import AIOKafkaProducer, OffsetAndMetadata
+from aiokafka.errors import IllegalOperation, KafkaError
+from aiokafka.producer.transaction_manager import TransactionState
+
+from harness.generator import Completion, Invocation
+from workloads.clients.aiokafka_config import AiokafkaSettings, UnsupportedClientSetting, aiokafka_settings
+from workloads.clients.aiokafka_errors import classify
+from workloads.clients.aiokafka_queue import AiokafkaQueueClient, TopicError, _close_producer, _StartFailed
+from workloads.clients.errors import Outcome
+
+log = logging.getLogger("logquake.client.aiokafka.txn")
+
+INIT_TIMEOUT_S = 10.0  # start: bootstrap, find the coordinator, InitProducerId (fences the id's earlier producer)
+CALL_TIMEOUT_S = 10.0  # send_offsets_to_transaction and abort_transaction, as Jepsen's 10 s client timeouts
+COMMIT_TIMEOUT_S = 20.0  # commit_transaction with aiokafka's own retries (txn.py's COMMIT_DEADLINE_S)
+DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000  # librdkafka's and aiokafka's default
+_CLIENT_ERRORS = (KafkaError, OSError, asyncio.TimeoutError)
+
+
+def txn_settings(effective: Mapping[str, str], overrides: Mapping[str, str]) -> AiokafkaSettings:
+    """The aiokafka parameters of a transactional run: `aiokafka_settings` for every key but
+    `transaction.timeout.ms`, which becomes the transactional producer's
+    `transaction_timeout_ms`. Raises UnsupportedClientSetting naming what cannot be honoured:
+    a `transactional.id` (the workload gives each process its own) and acks other than all
+    (a transactional producer is idempotent, which needs acks=all, as librdkafka requires)."""
+    if "transactional.id" in effective:
+        raise UnsupportedClientSetting("--client-config transactional.id: the workload gives each process its own "
+                                       "transactional id")
+    raw_timeout = effective.get("transaction.timeout.ms", str(DEFAULT_TRANSACTION_TIMEOUT_MS))
+    try:
+        timeout_ms = int(raw_timeout)
+    except ValueError:
+        raise UnsupportedClientSetting(f"--client-config transaction.timeout.ms={raw_timeout!r} is not an integer") from None
+    if timeout_ms <= 0:
+        raise UnsupportedClientSetting(f"--client-config transaction.timeout.ms={timeout_ms} must be positive")
+    settings = aiokafka_settings({k: v for k, v in effective.items() if k != "transaction.timeout.ms"},
+                                 {k: v for k, v in overrides.items() if k != "transaction.timeout.ms"})
+    if settings.producer.get("acks", "all") != "all":
+        raise UnsupportedClientSetting(f"--client-config acks={settings.producer['acks']}: a transactional producer "
+                                       "needs acks=all")
+    notes = {**settings.notes, "transaction.timeout.ms": "producer transaction_timeout_ms"}
+    return dataclasses.replace(settings, producer={**settings.producer, "transaction_timeout_ms": timeout_ms}, notes=notes)
+
+
+def txn_state(producer: AIOKafkaProducer) -> TransactionState:
+    """aiokafka's transaction state (it has no public accessor): begin, commit and abort
+    assert their transition from it, so the client reads it before each call."""
+    return producer._txn_manager.state  # noqa: SLF001 - the glue pins aiokafka 0.14's internals
+
+
+class _BodyError(Exception):
+    """An error before commit_transaction: the transaction cannot have committed."""
+
+    def __init__(self, outcome: Outcome, results: list):
+        super().__init__(str(outcome.error))
+        self.outcome = outcome
+        self.results = results
+
+
+class AiokafkaTxnQueueClient(AiokafkaQueueClient):
+    """AiokafkaQueueClient whose send/poll/txn ops each run in one Kafka transaction."""
+
+    def __init__(self, *, transactional_id: str, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.transactional_id = transactional_id
+        self.group_id: str | None = self.settings.consumer.get("group_id")
+
+    async def _producer_(self) -> AIOKafkaProducer:
+        if self._producer is None:
+            producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap_servers, client_id=f"logquake-{self.process}",
+                                        transactional_id=self.transactional_id, **self.settings.producer)
+            try:
+                # start() is init_transactions too: it waits for InitProducerId from the id's
+                # coordinator, retrying without a bound while none answers.
+                await asyncio.wait_for(producer.start(), INIT_TIMEOUT_S)
+            except BaseException:
+                await _close_producer(producer)
+                raise
+            self._producer = producer
+        return self._producer
+
+    async def invoke(self, invocation: Invocation) -> Completion:
+        if invocation.f not in ("send", "poll", "txn"):
+            return await super().invoke(invocation)
+        try:
+            completion = await self._transaction(invocation)
+        except TopicError as exc:
+            completion = Completion(exc.outcome.type, invocation.value, error=exc.outcome.error)
+        except _StartFailed as exc:
+            completion = Completion("fail", invocation.value, error=["client-start", exc.detail])
+        if self._rebalance_log:
+            completion = Completion(completion.type, completion.value, completion.error,
+                                    {**completion.extra, "rebalance_log": self._rebalance_log}, completion.end_process)
+            self._rebalance_log = []
+        return completion
+
+    async def _transaction(self, invocation: Invocation) -> Completion:
+        mops: list = invocation.value
+        await self.topics.ensure(self.keys.topic(m[1]) for m in mops if m[0] == "send")
+        try:
+            producer = await self._producer_()
+        except _CLIENT_ERRORS as exc:
+            outcome = classify(exc)
+            # No transaction began, so nothing of this op happened.
+            return Completion("fail", mops, error=["init-transactions", outcome.error], end_process=outcome.end_process)
+        first_offsets: dict[int, int] = {}
+        results: list = []
+        try:
+            state = txn_state(producer)
+            if state is not TransactionState.READY:
+                # Every path that leaves the producer in another state ends the process; this
+                # one would trip aiokafka's transition assertion.
+                raise _BodyError(Outcome("fail", ["illegal-transition", state.name], end_process=True), [])
+            await producer.begin_transaction()
+            next_offsets: dict[int, int] = {}
+            results = await self._body(invocation, producer, first_offsets, next_offsets)
+            if next_offsets and self.group_id is not None:
+                offsets = {self._tp(k): OffsetAndMetadata(o, "") for k, o in sorted(next_offsets.items())}
+                try:
+                    await asyncio.wait_for(producer.send_offsets_to_transaction(offsets, self.group_id), CALL_TIMEOUT_S)
+                except _CLIENT_ERRORS as exc:
+                    raise _BodyError(classify(exc), results) from None
+        except _BodyError as err:
+            await self._rollback_consumer(first_offsets)
+            return await self._aborted(producer, mops, err.results, err.outcome)
+        return await self._commit(producer, mops, results, first_offsets)
+
+    async def _body(self, invocation: Invocation, producer: AIOKafkaProducer, first_offsets: dict[int, int],
+                    next_offsets: dict[int, int]) -> list:
+        mops: list = invocation.value
+        abort_at = invocation.extra.get("abort_at")
+        poll_ms = int(invocation.extra.get("poll_ms", self.default_poll_ms))
+        results: list = []
+        for i, mop in enumerate(mops):
+            if abort_at is not None and i == abort_at:
+                raise _BodyError(Outcome("fail", "intentional"), results)
+            if mop[0] == "send":
+                _, key, value = mop
+                try:
+                    outcome, offset = await self._send_one(producer, key, value)
+                except IllegalOperation as exc:
+                    # No longer in the transaction: the sender failed (a fatal error) meanwhile.
+                    outcome, offset = Outcome("fail", ["illegal-operation", str(exc)], end_process=True), None
+                if outcome is not None:
+                    raise _BodyError(outcome, results)
+                results.append(["send", key, [offset, value]])
+            else:
+                results.append(await self._poll_mop(poll_ms, results, first_offsets, next_offsets))
+        return results
+
+    async def _poll_mop(self, poll_ms: int, results: list, first_offsets: dict[int, int],
+                        next_offsets: dict[int, int]) -> list:
+        try:
+            consumer = await self._started(self._consumer_)
+        except _StartFailed as exc:
+            raise _BodyError(Outcome("fail", ["client-start", exc.detail]), results + [["poll", {}]]) from None
+        wait_ms = 0 if self._all_at_end(consumer) else poll_ms
+        try:
+            async with asyncio.timeout(max(wait_ms, poll_ms) / 1000):  # see AiokafkaQueueClient._poll
+                batches = await consumer.getmany(timeout_ms=wait_ms, max_records=self.max_poll_records)
+        except TimeoutError:
+            batches = {}
+        except (KafkaError, OSError) as exc:
+            outcome = classify(exc)
+            if outcome.error == "unknown-topic-or-partition":
+                return ["poll", {}]  # Jepsen: polling a topic that does not exist yet reads nothing
+            raise _BodyError(outcome, results + [["poll", {}]]) from None
+        by_key, outcome = self._records_by_key(batches)
+        for key, pairs in by_key.items():
+            first_offsets.setdefault(key, pairs[0][0])
+            next_offsets[key] = max(next_offsets.get(key, 0), pairs[-1][0] + 1)
+        if outcome is not None:
+            raise _BodyError(outcome, results + [["poll", by_key]])
+        return ["poll", by_key]
+
+    async def _commit(self, producer: AIOKafkaProducer, mops: list, results: list,
+                      first_offsets: dict[int, int]) -> Completion:
+        if txn_state(producer) is TransactionState.ABORTABLE_ERROR:
+            # commit_transaction would raise the abortable error before sending EndTxn: the
+            # commit is never asked for, so this is an abort (librdkafka's txn_requires_abort).
+            await self._rollback_consumer(first_offsets)
+            return await self._aborted(producer, mops, results, Outcome("fail", "abortable-error"))
+        try:
+            await asyncio.wait_for(producer.commit_transaction(), COMMIT_TIMEOUT_S)
+        except _CLIENT_ERRORS as exc:
+            await self._rollback_consumer(first_offsets)
+            # The commit may or may not have landed: indefinite, and this producer is done.
+            return Completion("info", results + [list(m) for m in mops[len(results):]],
+                              error=["commit", classify(exc).error], end_process=True)
+        for mop in results:
+            if mop[0] == "poll":
+                for key, pairs in mop[1].items():
+                    if pairs:
+                        self._positions[key] = max(self._positions.get(key, -1), pairs[-1][0] + 1)
+        return Completion("ok", results)
+
+    async def _aborted(self, producer: AIOKafkaProducer, mops: list, results: list, cause: Outcome) -> Completion:
+        """Abort the transaction after `cause` (never asked to commit): the op's completion,
+        `fail` whatever becomes of the abort. What was done keeps its results (sends with
+        their offsets, polls with their records); the rest stays raw."""
+        value = results + [list(m) for m in mops[len(results):]]
+        label = cause.error if cause.error == "intentional" else ["error", cause.error]
+        state = txn_state(producer)
+        if cause.end_process or state not in (TransactionState.IN_TRANSACTION, TransactionState.ABORTABLE_ERROR):
+            return Completion("fail", value, error=["abort-failed", label, f"producer in state {state.name}"],
+                              end_process=True)
+        try:
+            await asyncio.wait_for(producer.abort_transaction(), CALL_TIMEOUT_S)
+        except _CLIENT_ERRORS as exc:
+            # Never asked to commit, the transaction cannot commit: the coordinator aborts it
+            # (transaction.timeout.ms, or the next InitProducerId of this id).
+            return Completion("fail", value, error=["abort-failed", label, classify(exc).error], end_process=True)
+        return Completion("fail", value, error=["abort", label])
+
+    async def _rollback_consumer(self, first_offsets: dict[int, int]) -> None:
+        if self._consumer is not None and first_offsets:
+            self._rollback(self._consumer, first_offsets)

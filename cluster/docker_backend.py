@@ -23,7 +23,9 @@ cross the host's bridge, so one atomic `nft -f` transaction per topology cuts ex
 chosen pairs, and the rules stay in force across a container's restart (rules inside a
 container's own network namespace vanish with it, and would leave a killed-and-restarted broker
 unpartitioned until re-applied). The host's traffic to the containers is bridge output, not
-forward, so the harness keeps reaching every node, as Jepsen's control node does. Clock skew:
+forward, so the harness keeps reaching every node, as Jepsen's control node does. The rules are
+written by nemeses.net.nft's bridge_partitioner from the control's bridge_cut (table and
+subnet); this module only deletes the table at teardown. Clock skew:
 brokers run with libfaketime preloaded from the image, reading their timestamp file on
 the bind mount (BrokerClocks with IMAGE_FAKETIME_LIBRARY).
 
@@ -45,11 +47,11 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -74,11 +76,7 @@ IMAGE_FAKETIME_LIBRARY = "/usr/local/lib/python3.11/dist-packages/libfaketime/ve
 PRIVATE_DOCKER_HOST = "unix:///var/lib/logquake-docker/docker.sock"
 DOCKER_API_TIMEOUT_S = 60
 NFT_TIMEOUT_S = 10.0
-MAX_HEADER_BYTES = 80  # the largest IPv4 + TCP header: longer frames carry data (nemeses/net/nft.py)
 STATE_TIMEOUT_S = 10.0
-
-Pair = tuple[str, str]
-
 
 class DockerUnavailable(RuntimeError):
     """No Docker daemon answers, or the SDK is missing; the message says what to run."""
@@ -110,108 +108,35 @@ def docker_client() -> Any:
                             "installs docker.io and starts a private daemon (scripts/ensure-docker stop ends it)")
 
 
-# -- partitions -------------------------------------------------------------------------
+# -- partitions ---------------------------------------------------------------------------
+# The partitioner itself is nemeses.net.nft's (bridge_partitioner: the table
+# `bridge logquake_<run id>` on the host's forward hook); the cluster only names the table and
+# the subnet (BridgeCut, the control's bridge_cut) and deletes the table at teardown, since the
+# cluster package may not import the nemeses.
 
-def _nft(script: str) -> str:
-    if shutil.which("nft") is None:
-        raise RuntimeError("`nft` is not installed; install it with: apt-get install nftables")
-    result = subprocess.run(["nft", "-f", "-"], input=script, capture_output=True, text=True, timeout=NFT_TIMEOUT_S)
-    if result.returncode != 0:
-        raise RuntimeError(f"nft failed: {result.stderr.strip()}\n--- script ---\n{script}")
-    return result.stdout
-
-
-def _elements(pairs: Iterable[Pair]) -> str:
-    return ", ".join(f"{ipaddress.IPv4Address(src)} . {ipaddress.IPv4Address(dst)}" for src, dst in sorted(set(pairs)))
-
-
-class BridgePartitioner:
-    """Directed cuts between the containers of one bridge network, as one nftables table in
-    the host's bridge family (see the module docstring); the same interface as
-    nemeses.net.nft.NftPartitioner (install, apply, heal, current, remove)."""
-
-    def __init__(self, table: str, subnet: ipaddress.IPv4Network) -> None:
-        self.table = table
-        self.subnet = subnet
-        self._installed = False
-        self._lock = threading.Lock()
-
-    def _check(self, pairs: Iterable[Pair]) -> list[Pair]:
-        checked = []
-        for src, dst in pairs:
-            for address in (src, dst):
-                if ipaddress.IPv4Address(address) not in self.subnet:
-                    raise ValueError(f"{address} is not on the run's network {self.subnet}: only its containers are cut")
-            checked.append((src, dst))
-        return checked
-
-    def install(self) -> None:
-        with self._lock:
-            _nft(f"add table bridge {self.table}\ndelete table bridge {self.table}\n"
-                 f"table bridge {self.table} {{\n"
-                 f"  set blocked {{ type ipv4_addr . ipv4_addr; }}\n"
-                 f"  set blocked_data {{ type ipv4_addr . ipv4_addr; }}\n"
-                 f"  chain cut {{\n"
-                 f"    type filter hook forward priority -10; policy accept;\n"
-                 f"    ip saddr . ip daddr @blocked drop\n"
-                 f"    ip saddr . ip daddr @blocked_data ip length > {MAX_HEADER_BYTES} drop\n"
-                 f"  }}\n"
-                 f"}}\n")
-            self._installed = True
-
-    def apply(self, blocked: Iterable[Pair] = (), blocked_data: Iterable[Pair] = ()) -> None:
-        """Replace the whole topology atomically: exactly these directed pairs are cut."""
-        full, data = _elements(self._check(blocked)), _elements(self._check(blocked_data))
-        if not self._installed:
-            self.install()
-        lines = [f"flush set bridge {self.table} blocked", f"flush set bridge {self.table} blocked_data"]
-        if full:
-            lines.append(f"add element bridge {self.table} blocked {{ {full} }}")
-        if data:
-            lines.append(f"add element bridge {self.table} blocked_data {{ {data} }}")
-        with self._lock:
-            _nft("\n".join(lines) + "\n")
-
-    def heal(self) -> None:
-        if self._installed:
-            self.apply((), ())
-
-    def current(self) -> tuple[set[Pair], set[Pair]]:
-        if not self._installed:
-            return set(), set()
-        return self._read_set("blocked"), self._read_set("blocked_data")
-
-    def _read_set(self, name: str) -> set[Pair]:
-        result = subprocess.run(["nft", "-j", "list", "set", "bridge", self.table, name],
-                                capture_output=True, text=True, timeout=NFT_TIMEOUT_S)
-        if result.returncode != 0:
-            raise RuntimeError(f"nft failed: {result.stderr.strip()}")
-        pairs: set[Pair] = set()
-        for item in json.loads(result.stdout)["nftables"]:
-            for element in item.get("set", {}).get("elem", []):
-                src, dst = element["concat"]
-                pairs.add((src, dst))
-        return pairs
-
-    def remove(self) -> None:
-        remove_nft_table(self.table)
-        self._installed = False
+@dataclass(frozen=True)
+class BridgeCut:
+    """Where a run's partitions go: the nft table (bridge family) and the only subnet it may cut."""
+    table: str
+    subnet: ipaddress.IPv4Network
 
 
 def remove_nft_table(table: str) -> None:
+    """Delete the bridge-family table `table` (absent is fine)."""
     if shutil.which("nft") is not None:
         subprocess.run(["nft", "-f", "-"], input=f"add table bridge {table}\ndelete table bridge {table}\n",
                        capture_output=True, text=True, timeout=NFT_TIMEOUT_S)
 
 
-def logquake_nft_tables() -> list[str]:
+def logquake_nft_tables(prefix: str = NFT_TABLE_PREFIX) -> list[str]:
+    """The bridge-family tables whose name starts with `prefix` (the docker back end's own by default)."""
     if shutil.which("nft") is None:
         return []
     result = subprocess.run(["nft", "-j", "list", "tables", "bridge"], capture_output=True, text=True, timeout=NFT_TIMEOUT_S)
     if result.returncode != 0:
         return []
     return [item["table"]["name"] for item in json.loads(result.stdout).get("nftables", [])
-            if "table" in item and item["table"]["name"].startswith(NFT_TABLE_PREFIX)]
+            if "table" in item and item["table"]["name"].startswith(prefix)]
 
 
 # -- cleanup ----------------------------------------------------------------------------
@@ -348,7 +273,7 @@ class DockerCluster:
         self.run_id = uuid.uuid4().hex[:12]
         self.network_name = NETWORK_PREFIX + self.run_id
         self.subnet: ipaddress.IPv4Network | None = None
-        self.partitioner: BridgePartitioner | None = None
+        self.bridge_cut: BridgeCut | None = None  # set once the network exists
         self._containers: dict[int, str] = {}  # node id -> container id
         self._paused: set[int] = set()
         self._closed = False
@@ -394,7 +319,7 @@ class DockerCluster:
             self._create_network()
             if self._use_reaper:
                 self._reaper = _start_reaper(self.run_id, os.getpid())
-            self.partitioner = BridgePartitioner(NFT_TABLE_PREFIX + self.run_id, self.subnet)  # type: ignore[arg-type]
+            self.bridge_cut = BridgeCut(NFT_TABLE_PREFIX + self.run_id, self.subnet)  # type: ignore[arg-type]
             for node in [self.controller, *self.brokers]:
                 self._create_container(node.broker_id)
             self.start(CONTROLLER_NODE_ID)
@@ -618,18 +543,19 @@ class DockerCluster:
 
 class DockerControl(ClusterControl):
     """ClusterControl over a DockerCluster: a paused node is a frozen container (its
-    processes are not in the stopped state SIGSTOP leaves), and partitions go through the
-    cluster's bridge partitioner."""
+    processes are not in the stopped state SIGSTOP leaves), and partitions are cut on the
+    cluster's bridge (bridge_cut: the partition nemesis builds nemeses.net.nft's
+    bridge_partitioner from it)."""
 
     def is_paused(self, broker_id: int) -> bool:
         self._broker(broker_id)
         return self.cluster.is_paused(broker_id)  # type: ignore[attr-defined]
 
-    def network_partitioner(self) -> BridgePartitioner:
-        partitioner = self.cluster.partitioner  # type: ignore[attr-defined]
-        if partitioner is None:
+    def bridge_cut(self) -> BridgeCut:
+        cut = self.cluster.bridge_cut  # type: ignore[attr-defined]
+        if cut is None:
             raise RuntimeError("the Docker cluster is not running: no network to partition")
-        return partitioner
+        return cut
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -190,10 +190,15 @@ def build_packages(names: list[str], control: ClusterControl, options: object = 
             packages.append(PausePackage(control, opts))
         elif name == "partition":
             from nemeses.partition import PartitionPackage
-            # A back end whose nodes are not in the run's namespace brings its own partitioner
-            # (cluster.docker_backend: nftables on the host's bridge).
-            own_partitioner = getattr(control, "network_partitioner", None)
-            packages.append(PartitionPackage(control, opts, partitioner=own_partitioner() if own_partitioner else None))
+            # A back end whose nodes are not in the run's namespace names the bridge they share
+            # (cluster.docker_backend, cluster.docker_compose: nftables on the host's bridge).
+            bridge_cut = getattr(control, "bridge_cut", None)
+            partitioner = None
+            if bridge_cut is not None:
+                from nemeses.net.nft import bridge_partitioner
+                cut = bridge_cut()
+                partitioner = bridge_partitioner(cut.table, cut.subnet)
+            packages.append(PartitionPackage(control, opts, partitioner=partitioner))
         elif name == "clock":
             from nemeses.clock import ClockPackage
             packages.append(ClockPackage(control, opts))

@@ -74,7 +74,10 @@ def test_kill_pause_and_partition_act_on_the_containers(docker_image, tmp_path):
 
         # partition: b0 -> b1 cut (b1's SYN-ACKs to b0 are lost too, as with Jepsen's drops);
         # b0's link to the controller and the host's own connections are unaffected
-        partitioner = control.network_partitioner()
+        from nemeses.net.nft import bridge_partitioner
+
+        cut = control.bridge_cut()
+        partitioner = bridge_partitioner(cut.table, cut.subnet)
         partitioner.apply(blocked=[(b0.host, b1.host)])
         assert partitioner.current() == ({(b0.host, b1.host)}, set())
         with pytest.raises(ValueError, match="not on the run's network"):

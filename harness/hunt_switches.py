@@ -5,8 +5,17 @@ them; tests/harness/test_hunt.py runs them (the unflushed crash in CI, the other
 
 Not here, and why: `unclean.leader.election.enable=true` and `min.insync.replicas=1` lose
 data Kafka documents as possible, so the claims allow it and their runs are valid (a hunt
-stops only at an invalid verdict); the transaction switches need the eos workload, which
-has no simulated client yet.
+stops only at an invalid verdict). Of the transaction switches only the LSO one is here (the
+queue workload's transactions, `txn=true`, with aiokafka's transactional producer): the
+simulated client cannot show the other two. `transaction.partition.verification.enable=false`
+needs a Produce that reaches its partition after its transaction ended, with its epoch still
+current, and aiokafka 0.14 never sends EndTxn before every batch of the transaction has its
+answer (it waits for them, retrying, even to abort), nor bumps the epoch to abort; a Produce
+that outlives the client's wait meets the coordinator's own timeout abort, whose marker bumps
+the epoch and fences it (links delayed, reordered, duplicated and lossy, verification off:
+valid, seeds 1-3). `transaction.offset.commit.skip.generation.check=true` skips KIP-447's
+member and generation checks, which only TxnOffsetCommit v3 carries: aiokafka 0.14's
+`send_offsets_to_transaction` takes a group id and sends v0, which no broker can check.
 """
 
 from __future__ import annotations
@@ -26,6 +35,13 @@ SWITCH_HUNTS: dict[str, list[str]] = {
         "--rate", "50", "--concurrency", "3", "--max-faults", "2", "--client-config", "isolation.level=read_uncommitted",
         "--cluster-config", "broker.session.timeout.ms=3000", "--cluster-config", "broker.heartbeat.interval.ms=1000",
         "--cluster-config", "fetch.read.past.high.watermark=true"],
+    # No fault needed: read_committed polls read open transactions' records, some of which
+    # abort (the generator's intentional aborts), from the first run on; a pause is the
+    # cheapest kind to name.
+    "transaction.lso.ignore.open.transactions": [
+        "--workload-option", "txn=true", "--nemesis", "pause", "--time-limit", "3", "--final-time-limit", "5",
+        "--quiet-period", "0.5", "--rate", "50", "--concurrency", "3", "--max-faults", "1",
+        "--cluster-config", "transaction.lso.ignore.open.transactions=true"],
 }
 
 

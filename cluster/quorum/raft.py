@@ -132,6 +132,11 @@ class RaftQuorum:
         self._timer_action: Callable[[], None] | None = None
         # elections
         self._granted: set[int] = set()
+        # A prospective that granted a pre-vote to a voter ahead of it (fresher log, or as
+        # fresh and a higher id) lets that voter stand first, for a few round trips: when
+        # several followers lose the leader at once, they would otherwise all stand and
+        # split the vote, costing an election timeout.
+        self._deferring_to: int | None = None
         self._election_attempts = 0
         # follower
         self._last_leader_contact_ns = _NEVER
@@ -282,6 +287,7 @@ class RaftQuorum:
         self.epoch = epoch
         self.leader_id = leader_id
         self._granted = set()
+        self._deferring_to = None
         self._download = None
         transition = Transition(self.clock.monotonic_ns(), self.node_id, epoch, role.value, leader_id)
         self.transitions.append(transition)
@@ -371,6 +377,8 @@ class RaftQuorum:
     def _check_votes(self, *, pre_vote: bool) -> bool:
         if len(self._granted) < majority(len(self.voters)):
             return False
+        if pre_vote and self._deferring_to is not None:
+            return False  # _defer_to's timer checks again
         if pre_vote:
             self._become_candidate()
         else:
@@ -474,6 +482,26 @@ class RaftQuorum:
 
         self.outbound.send(self.voters[voter].on_channel("quorum"), ApiKey.VOTE, rpc.VOTE_VERSION, body, done, self.config.request_timeout_ms)
 
+    def _defer_to(self, candidate: int) -> None:
+        """Let `candidate` stand first, for a few round trips only: if its Vote does not
+        come (it cannot collect a majority, or cannot reach us), we stand ourselves."""
+        self._deferring_to = candidate
+        generation = self._generation
+
+        def expire() -> None:
+            if self._generation == generation and self._deferring_to == candidate:
+                self._deferring_to = None
+                self._check_votes(pre_vote=True)
+
+        self.scheduler.call_later(max(4 * self.config.retry_backoff_ms, 50), expire)
+
+    def _ahead_of_us(self, candidate: int, last_epoch: int, end_offset: int) -> bool:
+        """The order in which prospectives yield to each other: fresher log first, then the
+        higher id. With the log check switched off, logs count for nothing here either."""
+        if self.config.vote_skip_log_check:
+            return candidate > self.node_id
+        return (last_epoch, end_offset, candidate) > (self.log.last_epoch, self.log.end_offset, self.node_id)
+
     def _has_live_leader(self) -> bool:
         if self.role is Role.LEADER:
             return True
@@ -498,6 +526,9 @@ class RaftQuorum:
                                                                       self.log.last_epoch, self.log.end_offset)
         if pre_vote:
             granted = log_ok and not self._has_live_leader()
+            if granted and self.role is Role.PROSPECTIVE and self._deferring_to is None and \
+                    self._ahead_of_us(candidate, int(p.last_offset_epoch), int(p.last_offset)):
+                self._defer_to(candidate)
         elif self.voted_for == candidate:
             granted = True
         elif self.voted_for is None and self.role in (Role.UNATTACHED, Role.PROSPECTIVE) and log_ok:

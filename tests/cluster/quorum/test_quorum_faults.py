@@ -20,7 +20,9 @@ from cluster.sim.link_fault import LinkFault
 from cluster.sim.quorum_harness import QuorumSim
 from nemeses.targets import partition_topology
 
-SHAPES = ["one", "majority", "minority-third", "majorities-ring", "bridge", "one-way"]
+# The partition nemesis's shapes, and one-way-in (nothing reaches one node, which still
+# sends: its pre-votes arrive and are granted, the grants never reach it).
+SHAPES = ["one", "majority", "minority-third", "majorities-ring", "bridge", "one-way", "one-way-in"]
 KINDS = ["kill", "power-loss", "stop", "pause", "partition", "link"]
 
 
@@ -34,8 +36,14 @@ class Fault:
 
 
 def apply_partition(sim: QuorumSim, shape: str, rng: random.Random) -> None:
-    topology = partition_topology(shape, sim.node_ids, rng)
     sim.heal()
+    if shape == "one-way-in":
+        deaf = rng.choice(sim.node_ids)
+        for node in sim.node_ids:
+            if node != deaf:
+                sim.block(node, deaf)
+        return
+    topology = partition_topology(shape, sim.node_ids, rng)
     for src, dst in topology.blocked | topology.blocked_data:
         sim.block(src, dst)
 
@@ -77,7 +85,7 @@ def run_schedule(n: int, seed: int, faults: list[Fault]) -> QuorumSim:
             apply_partition(sim, SHAPES[fault.target % len(SHAPES)], rng)
             undo = sim.heal
         elif fault.kind == "link":
-            sim.set_node_fault(node, LinkFault(delay_ms=rng.choice([0, 5, 50]), jitter_ms=rng.choice([0, 20]), loss=rng.choice([0.0, 0.1, 0.3]),
+            sim.set_node_fault(node, LinkFault(delay_ms=rng.choice([5, 50]), jitter_ms=rng.choice([0, 20]), loss=rng.choice([0.0, 0.1, 0.3]),
                                                duplicate=rng.choice([0.0, 0.3]), reorder=rng.choice([0.0, 0.2])))
             undo = sim.clear_link_faults
         client_steps(fault.duration_ms)

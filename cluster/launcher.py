@@ -10,6 +10,10 @@ The controller is node CONTROLLER_NODE_ID; every per-node method (start, kill, s
 resume, is_alive) accepts it as well as a broker id. It starts first, and each node keeps
 the port it got on its first start, so restarted nodes are found where they were.
 
+With `controllers=3` (or 5) the controllers are a metadata quorum (cluster/quorum/): node ids
+1000, 1001, ... on 127.0.0.9, 127.0.0.8, ..., each with a port chosen before any starts,
+since every voter and broker is told `controller.quorum.voters` up front.
+
 Hooks for fault injection: `wrap_argv(node_id, argv)` wraps a node's command (e.g. to
 run it inside a network namespace) and `extra_env(node_id)` adds environment variables
 (e.g. LD_PRELOAD of libfaketime); both are applied to brokers only (the controller's clock
@@ -30,6 +34,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -48,6 +53,7 @@ FIRST_HOST_OCTET = 10
 MAX_BROKERS = 7
 CONTROLLER_NODE_ID = 1000
 CONTROLLER_HOST = "127.0.0.9"
+CONTROLLER_COUNTS = (1, 3, 5)
 _PR_SET_PDEATHSIG = 1
 
 
@@ -57,6 +63,22 @@ class BrokerStartError(RuntimeError):
 
 def broker_host(broker_id: int) -> str:
     return f"127.0.0.{FIRST_HOST_OCTET + broker_id}"
+
+
+def controller_host(node_id: int) -> str:
+    """Controller `node_id` (1000, 1001, ...) at 127.0.0.9, 127.0.0.8, ..."""
+    return f"127.0.0.{9 - (node_id - CONTROLLER_NODE_ID)}"
+
+
+def is_controller_id(node_id: int) -> bool:
+    return node_id >= CONTROLLER_NODE_ID
+
+
+def free_port(host: str) -> int:
+    """A port free on `host` now (a voter's port must be known before it starts)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe_socket:
+        probe_socket.bind((host, 0))
+        return int(probe_socket.getsockname()[1])
 
 
 def _die_with_parent() -> None:
@@ -113,7 +135,9 @@ class BrokerProcess:
 
 
 def _describe(node: BrokerProcess) -> str:
-    return "the controller" if node.broker_id == CONTROLLER_NODE_ID else f"broker {node.broker_id}"
+    if node.broker_id == CONTROLLER_NODE_ID:
+        return "the controller"
+    return f"controller {node.broker_id}" if is_controller_id(node.broker_id) else f"broker {node.broker_id}"
 
 
 def _log_tail(path: str, lines: int = 30) -> str:
@@ -155,7 +179,12 @@ class LocalCluster:
         seed: int | None = None,
         ready_probe: Callable[[str, int], None] = probe,
         proxies: ProxyRouting | None = None,
+        controllers: int = 1,
     ) -> None:
+        if controllers not in CONTROLLER_COUNTS:
+            raise ValueError(f"controllers={controllers}: the bundled cluster runs {', '.join(map(str, CONTROLLER_COUNTS))} controllers")
+        if controllers > 1 and proxies is not None:
+            raise ValueError("links through proxies (latency, bandwidth, flaky) are routed for a single controller only")
         if brokers < 1:
             raise ValueError(f"a cluster needs at least one broker, got {brokers}")
         if brokers > MAX_BROKERS:
@@ -179,22 +208,54 @@ class LocalCluster:
             BrokerProcess(i, broker_host(i), port, os.path.join(self.base_dir, f"broker-{i}"), os.path.join(self.base_dir, f"broker-{i}.log"))
             for i in range(brokers)
         ]
-        self.controller = BrokerProcess(CONTROLLER_NODE_ID, CONTROLLER_HOST, port, os.path.join(self.base_dir, "controller"),
-                                        os.path.join(self.base_dir, "controller.log"))
+        if controllers == 1:
+            self.controllers = [BrokerProcess(CONTROLLER_NODE_ID, CONTROLLER_HOST, port, os.path.join(self.base_dir, "controller"),
+                                              os.path.join(self.base_dir, "controller.log"))]
+        else:
+            ids = [CONTROLLER_NODE_ID + i for i in range(controllers)]
+            self.controllers = [BrokerProcess(i, controller_host(i), port or free_port(controller_host(i)),
+                                              os.path.join(self.base_dir, f"controller-{i}"), os.path.join(self.base_dir, f"controller-{i}.log"))
+                                for i in ids]
+        self.controller = self.controllers[0]
         self._paused: set[int] = set()
         # Every link through a proxy of its own (cluster.proxy_routing); None: direct links.
         self.proxies = proxies
 
     def _node(self, node_id: int) -> BrokerProcess:
-        if node_id == CONTROLLER_NODE_ID:
-            return self.controller
+        for controller in self.controllers:
+            if controller.broker_id == node_id:
+                return controller
         if not 0 <= node_id < len(self.brokers):
-            raise ValueError(f"no node {node_id}: brokers are 0-{len(self.brokers) - 1}, the controller is {CONTROLLER_NODE_ID}")
+            raise ValueError(f"no node {node_id}: brokers are 0-{len(self.brokers) - 1}, the controllers {self.controller_ids}")
         return self.brokers[node_id]
 
     @property
+    def controller_ids(self) -> list[int]:
+        return [c.broker_id for c in self.controllers]
+
+    def active_controller(self) -> int | None:
+        """The node id of the active controller, as DescribeQuorum answers it by the first
+        live controller that answers (None: no leader known, or none answers)."""
+        if len(self.controllers) == 1:
+            return CONTROLLER_NODE_ID if self.is_alive(CONTROLLER_NODE_ID) else None
+        from cluster.quorum.rpc import DESCRIBE_QUORUM_VERSION, describe_quorum_request
+
+        for controller in self.controllers:
+            if not self.is_alive(controller.broker_id) or controller.broker_id in self._paused:
+                continue
+            try:
+                with WireClient(controller.host, controller.port, timeout_s=2.0) as client:
+                    body = describe_quorum_request()
+                    answer = client.request(ApiKey.DESCRIBE_QUORUM, DESCRIBE_QUORUM_VERSION, topics=body.topics)
+            except (OSError, ProtocolClientError):
+                continue
+            leader = answer.topics[0].partitions[0].leader_id if answer.topics and answer.topics[0].partitions else -1
+            return int(leader) if leader >= 0 else None
+        return None
+
+    @property
     def controller_voters(self) -> str:
-        return f"{CONTROLLER_NODE_ID}@{self.controller.host}:{self.controller.port}"
+        return ",".join(f"{c.broker_id}@{c.host}:{c.port}" for c in self.controllers)
 
     # ---- context manager ------------------------------------------------------------
 
@@ -202,7 +263,8 @@ class LocalCluster:
         try:
             if self.proxies is not None:
                 self.proxies.start()
-            self.start(CONTROLLER_NODE_ID)
+            for controller in self.controllers:
+                self.start(controller.broker_id)
             if self.proxies is not None:
                 self.proxies.plan({b.broker_id: b.host for b in self.brokers},
                                   (CONTROLLER_NODE_ID, self.controller.host, self.controller.port))
@@ -228,8 +290,8 @@ class LocalCluster:
     # ---- one broker ------------------------------------------------------------------
 
     def argv(self, broker_id: int) -> list[str]:
-        if broker_id == CONTROLLER_NODE_ID:
-            return self._controller_argv()
+        if is_controller_id(broker_id):
+            return self._controller_argv(broker_id)
         broker = self.brokers[broker_id]
         argv = [
             sys.executable, "-m", "cluster.runtime.broker_main",
@@ -244,16 +306,19 @@ class LocalCluster:
             argv += ["--config", f"{key}={value}"]
         return self._wrap_argv(broker_id, argv) if self._wrap_argv else argv
 
-    def _controller_argv(self) -> list[str]:
-        node = self.controller
+    def _controller_argv(self, node_id: int = CONTROLLER_NODE_ID) -> list[str]:
+        node = self._node(node_id)
         argv = [
             sys.executable, "-m", "cluster.controller.main",
-            "--node-id", str(CONTROLLER_NODE_ID), "--host", node.host, "--port", str(node.port),
+            "--node-id", str(node_id), "--host", node.host, "--port", str(node.port),
             "--data-dir", node.data_dir, "--log-file", node.log_path, "--ready-file", node.ready_file,
         ]
         if self._seed is not None:
-            argv += ["--seed", str(self._seed + CONTROLLER_NODE_ID)]
-        for key, value in sorted(self.config.items()):
+            argv += ["--seed", str(self._seed + node_id)]
+        config = dict(self.config)
+        if len(self.controllers) > 1:
+            config["controller.quorum.voters"] = self.controller_voters
+        for key, value in sorted(config.items()):
             argv += ["--config", f"{key}={value}"]
         return argv
 
@@ -264,7 +329,7 @@ class LocalCluster:
         if until not in ("ready", "listening"):
             raise ValueError(f"until={until!r}: expected 'ready' or 'listening'")
         broker = self._node(broker_id)
-        is_controller = broker_id == CONTROLLER_NODE_ID
+        is_controller = is_controller_id(broker_id)
         if self.is_alive(broker_id):
             raise RuntimeError(f"broker {broker_id} is already running (pid {broker.pid})")
         for stale in (broker.ready_file, broker.listening_file):
@@ -291,7 +356,7 @@ class LocalCluster:
         deadline = time.monotonic() + self._startup_timeout_s
         last_error = f"no {os.path.basename(signal_file)} file yet"
         # Proxies towards a broker point at it as soon as it listens (its port may be new).
-        route = self.proxies is not None and broker.broker_id != CONTROLLER_NODE_ID
+        route = self.proxies is not None and not is_controller_id(broker.broker_id)
         while time.monotonic() < deadline:
             if broker.popen is not None and broker.popen.poll() is not None:
                 raise BrokerStartError(f"{_describe(broker)} exited with status {broker.popen.returncode}:\n{_log_tail(broker.log_path)}")
@@ -395,7 +460,8 @@ class LocalCluster:
                 for future in futures:
                     future.result()
             finally:
-                stop(CONTROLLER_NODE_ID)
+                for controller in self.controllers:
+                    stop(controller.broker_id)
         finally:
             try:
                 if self.proxies is not None:
@@ -406,5 +472,5 @@ class LocalCluster:
 
     def detach(self) -> None:
         """Forget the processes without stopping them (the CLI's detached start)."""
-        for broker in [*self.brokers, self.controller]:
+        for broker in [*self.brokers, *self.controllers]:
             broker.popen = None

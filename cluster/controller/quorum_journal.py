@@ -152,3 +152,25 @@ def describe_quorum(views: Sequence[NodeView], journals: Sequence[ControllerJour
         "violations": [{"kind": v.kind, "detail": v.detail} for v in violations],
         "valid": not violations,
     }
+
+
+def collect_quorum_report(data_dirs: Mapping[int, str], now_ms: int = 0) -> dict[str, Any]:
+    """The report of a real run's controllers, read after they stopped: each one's metadata
+    log from its data dir (through the quorum's own log reader) and its journal."""
+    from cluster.quorum.log import ReplicatedLog
+    from cluster.storage.disk import OsDisk
+
+    views, journals = [], []
+    disk = OsDisk()
+    try:
+        for node_id, data_dir in sorted(data_dirs.items()):
+            journal = read_journal(data_dir, node_id)
+            replicated = ReplicatedLog(disk, data_dir, now_ms)
+            try:
+                views.append(node_view(journal, replicated.describe(), replicated.start_offset))
+            finally:
+                replicated.close()
+            journals.append(journal)
+    finally:
+        disk.close()
+    return describe_quorum(views, journals, len(data_dirs))

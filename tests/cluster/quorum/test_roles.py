@@ -145,3 +145,19 @@ def test_a_brokers_metadata_fetch_is_left_to_the_controller() -> None:
 def test_append_is_refused_off_the_leader() -> None:
     sim = quorum_without_me()
     assert sim.node(1).append([b"x"], lambda *_: None) is None
+
+
+def test_a_candidate_that_gets_no_votes_pre_votes_again_and_wins_a_later_epoch() -> None:
+    sim = QuorumSim(3, seed=5, node_properties={1: {"controller.quorum.election.timeout.ms": "200"},
+                                                2: {"controller.quorum.election.timeout.ms": "100000"}})
+    sim.kill(ME)
+    sim.run_until(lambda: sim.node(1).role is Role.CANDIDATE, 10_000, step_ms=0.05, what="node 1 standing")
+    sim.isolate([[1], [2]])  # its Vote request is lost on the way
+    sim.run_for(1_000)
+    sim.heal()
+    sim.run_until(lambda: sim.node(1).is_leader, 10_000, what="node 1 leading")
+    roles = [(t.epoch, t.role) for t in sim.node(1).transitions]
+    lost = roles.index((1, "candidate"))
+    assert roles[lost + 1] == (1, "prospective")  # no majority within the election timeout: pre-vote again
+    assert roles[-2:] == [(2, "candidate"), (2, "leader")]  # the epoch rose only once pre-votes said it could win
+    assert sim.check() == []

@@ -33,8 +33,9 @@ $(STAMP): pyproject.toml
 lint: setup
 	$(VENV)/bin/lint-imports
 
-# The Docker back end's tests (tests/cluster/test_docker_backend.py) need a daemon and the node
-# image: scripts/ensure-docker installs docker.io and starts a private daemon when none answers
+# The Docker back end's and Compose tests (tests/cluster/test_docker_backend.py, test_docker_compose.py)
+# need a daemon, docker-compose and the node image: scripts/ensure-docker installs docker.io and
+# docker-compose and starts a private daemon when none answers
 # (stopped after the tests if this target started it). The image (cold: about 3.5 minutes, mostly
 # debootstrap's downloads, once per machine; a changed cluster/ or proxy/ source rebuilds one
 # layer in seconds) builds in the background while lint and the suite run: the tests' fixture

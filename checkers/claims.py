@@ -125,7 +125,8 @@ class ClaimInputs:
         unclean = _truthy(cluster.get("unclean.leader.election.enable"), False)
         lose_unflushed = _truthy(cluster.get("log.crash.lose.unflushed"), False)
         source = ""
-        if spec.get("bootstrap_servers") is not None:
+        # An external cluster: --bootstrap-servers, or a user's Compose project (--docker-compose).
+        if spec.get("bootstrap_servers") is not None or spec.get("docker_compose") is not None:
             reported = _reported_by_cluster(cluster_settings, requested_rf=replication_factor, typed_min_isr=min_isr)
             min_isr, unclean, replication_factor = reported.min_isr, reported.unclean, reported.replication_factor
             lose_unflushed, bug_switches, source = reported.lose_unflushed, reported.bug_switches, reported.source

@@ -120,7 +120,7 @@ def bundled_cluster(run: Run) -> Iterator[None]:
     clocks = control_api.BrokerClocks(run.run_dir / "clocks") if "clock" in spec.nemeses else None
     proxies = routed_links(spec)
     try:
-        cluster = launcher.LocalCluster(brokers=spec.brokers, base_dir=run.run_dir / "cluster",
+        cluster = launcher.LocalCluster(brokers=spec.brokers, controllers=spec.controllers, base_dir=run.run_dir / "cluster",
                                         config=dict(spec.cluster_config),
                                         seed=derive_seed(spec.seed, "cluster") % 2**31,
                                         extra_env=clocks.extra_env if clocks is not None else None,
@@ -143,6 +143,10 @@ def bundled_cluster(run: Run) -> Iterator[None]:
             except Exception:
                 run.log.exception("closing the cluster control")
             run.cluster = None
+    if len(cluster.controllers) > 1:
+        from harness.quorum_report import record_quorum
+
+        record_quorum(run.run_dir, {c.broker_id: c.data_dir for c in cluster.controllers}, run.log)
 
 
 def routed_links(spec: RunSpec) -> Any:
@@ -196,8 +200,60 @@ def docker_cluster(run: Run) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def compose_cluster(run: Run) -> Iterator[None]:
+    """The user's Compose project (cluster.docker_compose): brought up under a project name
+    of the run's own, waited for until every node answers Kafka, faulted through its control,
+    and removed (down -v) at the end, however it ends. The node image is built first only when
+    the file names it (LOGQUAKE_NODE_IMAGE)."""
+    from cluster import docker_backend, docker_compose
+    from harness.image import ImageError, ensure_image
+
+    spec = run.spec
+    assert spec.docker_compose is not None
+    try:
+        client = docker_backend.docker_client()
+        docker_compose.compose_command()
+        image = None
+        if "LOGQUAKE_NODE_IMAGE" in Path(spec.docker_compose).read_text(encoding="utf-8", errors="replace"):
+            image = ensure_image(client, log=lambda message: run.log.info("%s", message))
+    except (docker_backend.DockerUnavailable, ImageError, OSError) as exc:
+        raise HarnessError(f"--docker-compose: {exc}") from None
+    nodes = [docker_compose.ComposeNode.parse(node) for node in spec.nodes]
+    try:
+        cluster = docker_compose.ComposeCluster(spec.docker_compose, nodes, client=client, node_image=image,
+                                                log=lambda message: run.log.info("%s", message))
+    except ValueError as exc:
+        raise HarnessError(f"--docker-compose: {exc}") from None
+    try:
+        cluster.__enter__()
+    except (docker_compose.ComposeError, docker_compose.BrokerStartError) as exc:
+        raise HarnessError(f"--docker-compose {spec.docker_compose}: {exc}") from None
+    try:
+        run.cluster = cluster
+        run.bootstrap_servers = spec.bootstrap_servers or cluster.bootstrap_servers
+        run.control = docker_compose.ComposeControl(cluster)
+        run.log.info("Compose project %s of %s on network %s (%s): nodes %s; clients bootstrap from %s", cluster.project,
+                     spec.docker_compose, cluster.network_name, cluster.subnet,
+                     ", ".join(f"{cluster.service(b.broker_id)}=node {b.broker_id} at {b.address}" for b in cluster.brokers),
+                     run.bootstrap_servers)
+        try:
+            yield
+        finally:
+            try:
+                run.control.close()
+            except Exception:
+                run.log.exception("closing the cluster control")
+            run.cluster = None
+    finally:
+        cluster.close()
+
+
+@contextlib.contextmanager
 def system_under_test(run: Run) -> Iterator[None]:
-    if run.spec.bootstrap_servers is not None:
+    if run.spec.docker_compose is not None:
+        with compose_cluster(run):
+            yield
+    elif run.spec.bootstrap_servers is not None:
         run.bootstrap_servers = run.spec.bootstrap_servers
         run.log.info("external cluster at %s", run.bootstrap_servers)
         yield

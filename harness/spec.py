@@ -37,6 +37,17 @@ SIM_ONLY_NEMESES: tuple[str, ...] = ("link-delay", "link-loss", "link-duplicate"
 # are direct (no proxies for latency, bandwidth, flaky) and it is not simulated.
 BACKENDS: tuple[str, ...] = ("local", "docker")
 DOCKER_NEMESES: tuple[str, ...] = ("kill", "pause", "partition", "clock", "brokers-down", "lone-leader-crash")
+# A user's Compose project (--docker-compose): the faults that act on any image's containers, and
+# why the others cannot (cluster.docker_compose).
+COMPOSE_NEMESES: tuple[str, ...] = ("kill", "pause", "partition", "brokers-down", "lone-leader-crash")
+COMPOSE_REFUSED: Mapping[str, str] = {
+    "clock": "clock skew needs libfaketime preloaded in every node at a path logquake knows and a clock file it "
+             "can write, which an arbitrary image has neither of (the bundled image has both: --backend docker)",
+    "latency": "the link faults run on proxies in front of every link, and a Compose project's nodes talk directly",
+    "bandwidth": "the link faults run on proxies in front of every link, and a Compose project's nodes talk directly",
+    "flaky": "the link faults run on proxies in front of every link, and a Compose project's nodes talk directly",
+    "disk": "disk faults need the bundled broker's fault hooks in its storage, which another image's broker lacks",
+}
 
 SPEC_VERSION = 1
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._,=+-]*$")
@@ -57,6 +68,8 @@ class RunSpec:
     concurrency: int = 5
     rate_hz: float = 100.0
     brokers: int = 3
+    # Controllers of the bundled cluster: 1, or a Raft metadata quorum of 3 or 5 (issue 19).
+    controllers: int = 1
     nemeses: tuple[str, ...] = ()
     nemesis_interval_s: float = 10.0
     # --nemesis-option key=value, verbatim (e.g. partition_targets=primaries); the fault
@@ -80,12 +93,18 @@ class RunSpec:
     # Where the bundled cluster runs: "local" (processes on 127.0.0.x in the run's private
     # namespace) or "docker" (a container per node on a bridge network, cluster.docker_backend).
     backend: str = "local"
+    # A user's Compose file (absolute path) brought up for the run, and its services that are
+    # the Kafka brokers (SERVICE or SERVICE:PORT), whom the faults hit (cluster.docker_compose).
+    # The cluster is then an external one for the claims: they come from its DescribeConfigs.
+    docker_compose: str | None = None
+    nodes: tuple[str, ...] = ()
     command: str = ""
     version: int = SPEC_VERSION
 
     def __post_init__(self) -> None:
         # Normalise containers so equal specs compare equal whatever the caller passed.
         object.__setattr__(self, "nemeses", tuple(self.nemeses))
+        object.__setattr__(self, "nodes", tuple(self.nodes))
         for name in ("workload_options", "client_config", "client_config_overrides", "cluster_config", "nemesis_options"):
             object.__setattr__(self, name, dict(getattr(self, name)))
         self.validate()
@@ -100,7 +119,11 @@ class RunSpec:
         _check(_is_int(self.concurrency) and self.concurrency >= 1, "concurrency", f"{self.concurrency!r} must be an integer ≥ 1")
         _check(_is_positive(self.rate_hz), "rate_hz", f"{self.rate_hz!r} must be a positive rate in ops/s")
         _check(_is_int(self.brokers) and 1 <= self.brokers <= 200, "brokers", f"{self.brokers!r} must be an integer in [1, 200]")
-        if self.bootstrap_servers is None:
+        _check(self.controllers in (1, 3, 5), "controllers", f"{self.controllers!r} must be 1, 3 or 5")
+        if self.controllers != 1:
+            _check(self.bootstrap_servers is None and self.backend == "local", "controllers",
+                   f"{self.controllers} controllers run in the bundled cluster on the local backend only")
+        if not self.external_cluster:
             # Checked here, not when the launcher refuses it after the run directory exists.
             _check(self.brokers <= MAX_BROKERS, "brokers",
                    f"{self.brokers} brokers: the bundled cluster runs at most {MAX_BROKERS}")
@@ -124,7 +147,7 @@ class RunSpec:
                    "cluster (--bootstrap-servers), name your Toxiproxy server with --toxiproxy-url")
             needs_control = [n for n in self.nemeses
                              if (n in PROCESS_CONTROL_NEMESES and n not in PROXY_NEMESES) or n in SIM_ONLY_NEMESES]
-            _check(not needs_control, "nemeses",
+            _check(not needs_control or self.docker_compose is not None, "nemeses",
                    f"{', '.join(needs_control)} needs control of the broker processes and cannot run against an "
                    "external cluster (--bootstrap-servers); run without --nemesis or on the bundled cluster")
         if self.toxiproxy_url is not None:
@@ -145,6 +168,21 @@ class RunSpec:
             refused = [n for n in self.nemeses if n not in DOCKER_NEMESES]
             _check(not refused, "backend", f"{', '.join(refused)} cannot run on the docker backend (it offers "
                    f"{', '.join(DOCKER_NEMESES)}); use the local backend")
+        if self.docker_compose is not None:
+            _check(isinstance(self.docker_compose, str) and os.path.isabs(self.docker_compose), "docker_compose",
+                   f"{self.docker_compose!r} must be an absolute path")
+            _check(bool(self.nodes), "nodes", "--docker-compose needs --nodes: the services that are the Kafka brokers")
+            _check(self.backend == "local", "backend", f"--backend {self.backend} runs the bundled cluster; "
+                   "--docker-compose runs your Compose file's services instead")
+            _check(self.brokers == len(self.nodes), "brokers",
+                   f"{self.brokers} brokers but --nodes names {len(self.nodes)} services")
+            for nemesis in self.nemeses:
+                _check(nemesis in COMPOSE_NEMESES, "nemeses",
+                       f"{nemesis} cannot run on a Compose project: "
+                       f"{COMPOSE_REFUSED.get(nemesis, 'it needs the bundled cluster')} "
+                       f"(a Compose project offers {', '.join(COMPOSE_NEMESES)})")
+        else:
+            _check(not self.nodes, "nodes", "--nodes names services of a Compose file: give --docker-compose FILE")
         for name in ("client_config", "client_config_overrides", "cluster_config", "nemesis_options"):
             for key, value in getattr(self, name).items():
                 _check(isinstance(key, str) and key.strip() == key and key != "" and isinstance(value, str),
@@ -155,11 +193,14 @@ class RunSpec:
 
     @property
     def external_cluster(self) -> bool:
-        return self.bootstrap_servers is not None
+        """Not the bundled cluster: --bootstrap-servers, or a user's Compose project (whose
+        settings, like any external cluster's, are read back rather than typed)."""
+        return self.bootstrap_servers is not None or self.docker_compose is not None
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["nemeses"] = list(self.nemeses)
+        out["nodes"] = list(self.nodes)
         return out
 
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -181,6 +222,10 @@ class RunSpec:
             if not isinstance(kwargs["nemeses"], list):
                 raise SpecError(f"nemeses: {kwargs['nemeses']!r} must be a list of names")
             kwargs["nemeses"] = tuple(kwargs["nemeses"])
+        if "nodes" in kwargs:
+            if not isinstance(kwargs["nodes"], list):
+                raise SpecError(f"nodes: {kwargs['nodes']!r} must be a list of services")
+            kwargs["nodes"] = tuple(kwargs["nodes"])
         for name in ("workload_options", "client_config", "client_config_overrides", "cluster_config", "nemesis_options"):
             if name in kwargs and not isinstance(kwargs[name], Mapping):
                 raise SpecError(f"{name}: {kwargs[name]!r} must be an object")

@@ -45,6 +45,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--rate", type=float, default=100.0, metavar="HZ", help="target ops/s across all clients (default 100)")
     p.add_argument("--brokers", type=int, default=default_brokers(),
                    help=f"brokers in the bundled cluster (default {default_brokers()})")
+    p.add_argument("--controllers", type=int, default=1, choices=(1, 3, 5),
+                   help="controllers of the bundled cluster: 1, or a Raft metadata quorum of 3 or 5 (default 1)")
     p.add_argument("--seed", type=int, default=None, help="run seed (default: random, printed)")
     p.add_argument("--test-count", type=int, default=1, help="run the test this many times (default 1)")
     p.add_argument("--client-config", action="append", default=[], metavar="KEY=VALUE",
@@ -70,6 +72,13 @@ def register(subparsers: Any) -> None:
                    help="where the bundled cluster runs: local (processes in the run's private network namespace) or "
                         "docker (a container per node on a bridge network, from `logquake image build`'s image; "
                         "see README, Docker back end) (default local)")
+    p.add_argument("--docker-compose", default=None, metavar="FILE",
+                   help="bring up this Compose file's project for the run and test the services --nodes names, with "
+                        "kill, pause and partition faults on them; removed (down -v) at the end (see README, Docker "
+                        "Compose)")
+    p.add_argument("--nodes", default=None, metavar="SERVICE[:PORT],...",
+                   help="with --docker-compose: the services that are the Kafka brokers (port of their Kafka "
+                        "listener, default 9092)")
     p.add_argument("--fault-schedule", default=None, metavar="FILE",
                    help="with --sim: perform this fault schedule (JSON ops, as `logquake hunt` writes) instead of the "
                         "packages' seeded one; --nemesis must name every package it uses")
@@ -140,7 +149,8 @@ def build_spec(args: argparse.Namespace, seed: int) -> RunSpec:
                                       "message's fate from the seed: add --sim")
             elif nemesis not in NEMESIS_NAMES:
                 raise BadArgument(f"unknown nemesis {nemesis!r}; known: {', '.join(NEMESIS_NAMES)}")
-        if args.bootstrap_servers is not None:
+        compose = _compose_nodes(args)
+        if args.bootstrap_servers is not None and compose is None:
             refused = [n for n in nemeses if n in PROCESS_CONTROL_NEMESES and n not in PROXY_NEMESES]
             if refused:
                 raise BadArgument(f"--nemesis {','.join(refused)} needs control of the broker processes, which an "
@@ -156,7 +166,7 @@ def build_spec(args: argparse.Namespace, seed: int) -> RunSpec:
                               "cluster (--bootstrap-servers)")
         client_overrides = parse_key_values(args.client_config, "--client-config")
         cluster_config = parse_key_values(args.cluster_config, "--cluster-config")
-        if args.bootstrap_servers is not None:
+        if args.bootstrap_servers is not None or compose is not None:
             from workloads.topic_settings import TopicSettingError, split_cluster_config
 
             try:
@@ -168,6 +178,11 @@ def build_spec(args: argparse.Namespace, seed: int) -> RunSpec:
         _check_nemesis_options(nemesis_options)
         module = load_workload(args.workload)
         brokers = args.brokers
+        if compose is not None:
+            # The nodes are the brokers: the workloads size their topics by them (min(3, brokers)).
+            if brokers not in (default_brokers(), len(compose)):
+                raise BadArgument(f"--brokers {brokers} disagrees with --nodes, which names {len(compose)} services")
+            brokers = len(compose)
         try:
             module.validate_options(workload_options, brokers, args.concurrency)
         except ValueError as exc:
@@ -175,13 +190,15 @@ def build_spec(args: argparse.Namespace, seed: int) -> RunSpec:
         client_config = effective_client_config(module.default_client_config(workload_options), client_overrides)
         name = args.name or f"{args.workload}-{'-'.join(nemeses) or 'no-faults'}"
         fields = dict(name=name, workload=args.workload, seed=seed, time_limit_s=args.time_limit,
-                      concurrency=args.concurrency, rate_hz=args.rate, brokers=brokers, nemeses=tuple(nemeses),
+                      concurrency=args.concurrency, rate_hz=args.rate, brokers=brokers, controllers=args.controllers, nemeses=tuple(nemeses),
                       nemesis_interval_s=args.nemesis_interval, nemesis_options=nemesis_options,
                       workload_options=workload_options,
                       bootstrap_servers=args.bootstrap_servers, client_config=client_config,
                       client_config_overrides=client_overrides, cluster_config=cluster_config,
                       quiet_period_s=args.quiet_period, final_time_limit_s=args.final_time_limit,
-                      toxiproxy_url=getattr(args, "toxiproxy_url", None), backend=backend)
+                      toxiproxy_url=getattr(args, "toxiproxy_url", None), backend=backend,
+                      docker_compose=None if compose is None else os.path.abspath(args.docker_compose),
+                      nodes=tuple(str(n) for n in compose or ()))
         checked = RunSpec(**fields)  # validate before composing the command
         if getattr(args, "sim", False):
             _check_simulated(checked)
@@ -189,6 +206,39 @@ def build_spec(args: argparse.Namespace, seed: int) -> RunSpec:
         return RunSpec(**fields, command=reproduce_command(args, seed, name))
     except SpecError as exc:
         raise BadArgument(_as_flag(str(exc))) from None
+
+
+def _compose_nodes(args: argparse.Namespace) -> list[Any] | None:
+    """--docker-compose's nodes (cluster.docker_compose.ComposeNode), checked against the file's
+    services (Compose validates the file); None without --docker-compose."""
+    file, nodes = getattr(args, "docker_compose", None), getattr(args, "nodes", None)
+    if file is None:
+        if nodes is not None:
+            raise BadArgument("--nodes names services of a Compose file: give --docker-compose FILE")
+        return None
+    if nodes is None:
+        raise BadArgument("--docker-compose needs --nodes: the services that are the Kafka brokers, e.g. "
+                          "--nodes kafka-1,kafka-2,kafka-3")
+    if getattr(args, "sim", False):
+        raise BadArgument("--sim runs the bundled cluster's simulation in this process; --docker-compose runs your "
+                          "Compose file's containers")
+    if getattr(args, "backend", "local") != "local":
+        raise BadArgument(f"--backend {args.backend} runs the bundled cluster; --docker-compose runs your Compose "
+                          "file's services instead")
+    from cluster.docker_backend import DockerUnavailable
+    from cluster.docker_compose import ComposeError, check_nodes, parse_nodes
+
+    try:
+        parsed = parse_nodes(nodes)
+    except ValueError as exc:
+        raise BadArgument(f"--nodes {nodes!r}: {exc}") from None
+    try:
+        check_nodes(args.docker_compose, parsed)
+    except ComposeError as exc:
+        raise BadArgument(f"--docker-compose {exc}") from None
+    except DockerUnavailable as exc:
+        raise BadArgument(f"--docker-compose: {exc}") from None
+    return parsed
 
 
 def _check_simulated(spec: RunSpec) -> None:
@@ -240,10 +290,12 @@ def _check_nemesis_options(options: dict[str, str]) -> None:
 def _as_flag(message: str) -> str:
     """Spec field names -> the flags a user typed."""
     for field_name, flag in (("time_limit_s", "--time-limit"), ("rate_hz", "--rate"), ("concurrency", "--concurrency"),
-                             ("brokers", "--brokers"), ("nemesis_interval_s", "--nemesis-interval"), ("seed", "--seed"),
+                             ("brokers", "--brokers"), ("controllers", "--controllers"),
+                             ("nemesis_interval_s", "--nemesis-interval"), ("seed", "--seed"),
                              ("final_time_limit_s", "--final-time-limit"), ("quiet_period_s", "--quiet-period"),
                              ("bootstrap_servers", "--bootstrap-servers"), ("name", "--name"),
-                             ("toxiproxy_url", "--toxiproxy-url"), ("backend", "--backend")):
+                             ("toxiproxy_url", "--toxiproxy-url"), ("backend", "--backend"),
+                             ("docker_compose", "--docker-compose"), ("nodes", "--nodes")):
         if message.startswith(field_name + ":"):
             return flag + message[len(field_name):]
     return message
@@ -267,7 +319,12 @@ def test_argv(args: argparse.Namespace, seed: int, name: str | None, test_count:
               "--rate", f"{args.rate:g}"]
     # --brokers also sizes an external run's topics (the workloads' replication factor is
     # min(3, brokers)), so the command repeats it there too.
-    parts += ["--brokers", str(args.brokers)]
+    brokers = args.brokers
+    if getattr(args, "docker_compose", None) is not None and getattr(args, "nodes", None):
+        brokers = len([n for n in args.nodes.split(",") if n.strip()])  # the nodes are the brokers
+    parts += ["--brokers", str(brokers)]
+    if getattr(args, "controllers", 1) != 1:
+        parts += ["--controllers", str(args.controllers)]
     if args.bootstrap_servers is not None:
         parts += ["--bootstrap-servers", args.bootstrap_servers]
     if getattr(args, "toxiproxy_url", None) is not None:
@@ -285,6 +342,8 @@ def test_argv(args: argparse.Namespace, seed: int, name: str | None, test_count:
         parts += ["--sim"]
     if getattr(args, "backend", "local") != "local":
         parts += ["--backend", args.backend]
+    if getattr(args, "docker_compose", None) is not None:
+        parts += ["--docker-compose", os.path.abspath(args.docker_compose), "--nodes", args.nodes]
     if getattr(args, "fault_schedule", None) is not None:
         parts += ["--fault-schedule", os.path.abspath(args.fault_schedule)]
     if args.results_dir != "results":
@@ -315,15 +374,15 @@ def handle(args: argparse.Namespace) -> int:
         for i in range(max(1, args.test_count)):
             seed = base_seed if i == 0 else _nth_seed(base_seed, i)
             specs.append(build_spec(args, seed))
-        if args.bootstrap_servers is not None:
+        if args.bootstrap_servers is not None and specs[0].docker_compose is None:  # a Compose project is not up yet
             probe_bootstrap_servers(args.bootstrap_servers)
     except BadArgument as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_BAD_ARGUMENTS
-    # The docker backend's nodes are isolated by their containers, and the harness must stay in
-    # the host's network to reach them over their bridge.
+    # The docker backend's and a Compose project's nodes are isolated by their containers, and the
+    # harness must stay in the host's network to reach them over their bridge.
     if (args.bootstrap_servers is None and specs[0].nemeses and specs[0].toxiproxy_url is None and not args.sim
-            and specs[0].backend == "local"):
+            and specs[0].backend == "local" and specs[0].docker_compose is None):
         # Faults need the run (harness, clients, brokers) inside a private network namespace
         # that dies with it: re-run this exact command there, once arguments are known good.
         from nemeses.net.sandbox import NamespaceUnavailable, ensure_private_namespace

@@ -106,6 +106,6 @@ def requested_topic_config(spec) -> dict[str, str]:
     """The configs the run's workload creates its topics with: the topic-level part of
     `--cluster-config` against an external cluster; nothing against the bundled one, whose
     brokers carry every setting and whose topics inherit them."""
-    if spec.bootstrap_servers is None:
+    if not getattr(spec, "external_cluster", spec.bootstrap_servers is not None):  # --bootstrap-servers, --docker-compose
         return {}
     return dict(split_cluster_config(spec.cluster_config).topic_config)

@@ -135,6 +135,10 @@ def finish_run(run: PreparedRun, result):
     throughput = _throughput(run.path / HISTORY_JSONL, run.path / RESULTS_JSON)
     if throughput is not None:
         result.stats["throughput"] = throughput
+    # Several controllers: the metadata quorum's checks join the client-side anomalies.
+    from checkers.quorum import add_quorum_verdict
+
+    add_quorum_verdict(result, run.path)
     result.save(run.path / RESULTS_JSON)
     return result
 

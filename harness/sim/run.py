@@ -90,7 +90,8 @@ def execute_sim(run: Run, fault_ops: Sequence[FaultOp] | None = None, *, check_h
 
     run.set_phase("setup")
     try:
-        sim = SimCluster(spec.brokers, dict(spec.cluster_config), seed=derive_seed(spec.seed, "cluster") % 2**31)
+        sim = SimCluster(spec.brokers, dict(spec.cluster_config), seed=derive_seed(spec.seed, "cluster") % 2**31,
+                         controllers=getattr(spec, "controllers", 1))
     except (ValueError, KeyError) as exc:
         raise HarnessError(f"cannot build the simulated cluster: {exc}") from None
     try:
@@ -111,6 +112,10 @@ def execute_sim(run: Run, fault_ops: Sequence[FaultOp] | None = None, *, check_h
             raise HarnessError(f"the simulated run did not end within {SLACK_S:g} simulated s of its phases' limits") from None
         speed = runtime.speed
     run.history.close()
+    if sim.uses_quorum:
+        from harness.quorum_report import write_quorum_report
+
+        write_quorum_report(run.run_dir, sim.quorum_report(), run.log)
     info = {"simulated": True, "simulated_s": round(speed.simulated_s, 3), "wall_s": round(speed.wall_s, 3),
             "speed": round(speed.ratio, 2), "client_requests": len(runtime.trace),
             "clients": phases.client_settings}

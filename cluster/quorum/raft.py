@@ -80,6 +80,7 @@ class _Progress:
     last_fetch_ns: int = _NEVER
     sent_high_watermark: int = -1
     begin_acked: bool = False
+    begin_resent_ns: int = _NEVER
 
 
 @dataclass(slots=True)
@@ -230,11 +231,10 @@ class RaftQuorum:
         # be re-entered while it is appending.
         if not self._after_append_scheduled:
             self._after_append_scheduled = True
-            generation = self._generation
 
             def after_append() -> None:
                 self._after_append_scheduled = False
-                if self._generation == generation and self.role is Role.LEADER:
+                if self.role is Role.LEADER:
                     self._maybe_advance_high_watermark()
                     self._wake_parked()
 
@@ -438,11 +438,17 @@ class RaftQuorum:
         if live >= majority(len(self.voters)):
             # Voters not fetching may have missed BeginQuorumEpoch (cut off, restarted, or
             # pre-voting among themselves): tell them again who leads.
+            # Once per fetch timeout at most.
+            fetch_timeout_ns = int(self.config.fetch_timeout_ms * 1e6)
             for voter, progress in self._progress.items():
-                if voter != self.node_id and now_ns - progress.last_fetch_ns >= self.config.fetch_timeout_ms * 1e6:
+                if voter != self.node_id and now_ns - progress.last_fetch_ns >= fetch_timeout_ns \
+                        and now_ns - progress.begin_resent_ns >= fetch_timeout_ns:
+                    progress.begin_resent_ns = now_ns
                     self._send_begin_quorum_epoch(voter, -1)
-            oldest = min((p.last_fetch_ns for v, p in self._progress.items() if v != self.node_id), default=now_ns)
-            self._arm(max(1.0, min(self.config.fetch_timeout_ms * 1.5, (oldest + window_ns - now_ns) / 1e6 + 1)), self._check_quorum)
+            # Check again when the first voter that counts now would stop counting.
+            expiries = [p.last_fetch_ns + window_ns for v, p in self._progress.items() if v != self.node_id and now_ns - p.last_fetch_ns < window_ns]
+            next_ms = (min(expiries) - now_ns) / 1e6 + 1 if expiries else self.config.fetch_timeout_ms * 1.5
+            self._arm(min(max(next_ms, 1.0), self.config.fetch_timeout_ms * 1.5), self._check_quorum)
             return
         log.info("quorum node %d: leader of epoch %d heard from %d of %d voters: resigning", self.node_id, self.epoch, live, len(self.voters))
         epoch = self.epoch

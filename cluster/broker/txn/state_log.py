@@ -6,6 +6,7 @@ Replaying a partition in order, the last record of each id is its state."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,6 +17,9 @@ from cluster.broker.txn.metadata import TxnMetadata, TxnState
 from cluster.protocol.records import Record, build_batch, read_records
 
 
+# The coordinator asks this several times per request (ownership, epoch checks); the hash is a
+# Python loop over the id's UTF-16 code units, and a broker sees few distinct ids.
+@functools.lru_cache(maxsize=4096)
 def partition_for_transactional_id(transactional_id: str, num_partitions: int) -> int:
     """Kafka's TransactionStateManager.partitionFor: Utils.abs(hashCode) % partitions."""
     return (java_string_hash(transactional_id) & 0x7FFFFFFF) % num_partitions

@@ -31,7 +31,7 @@ from cluster.metadata.image import PartitionState
 from cluster.protocol.records import build_control_batch, read_control_marker
 from cluster.storage.batch import BatchHeader, restamp, split_batches
 from cluster.storage.log import PartitionLog
-from cluster.storage.txn_index import AbortedTxn, ControlMarker
+from cluster.storage.txn_index import AbortedTxn
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,13 @@ class Partition:
         self.leader_id = -1
         self.isr: tuple[int, ...] = ()
         self.replicas: tuple[int, ...] = ()
-        self.producers = ProducerStateTable()
+        # The log keeps the producer state: it replays every batch it stores into it, and on
+        # open restores it from its newest snapshot (see cluster/storage/log.py).
+        if isinstance(log.state, ProducerStateTable):
+            self.producers = log.state
+        else:
+            self.producers = ProducerStateTable()
+            log.attach_state(self.producers)
         # A restarted replica knows only its last checkpointed HWM to be committed (a crash
         # may have lost some of the log since: never past the log end); it learns the rest
         # from its leader, or as leader from its followers' fetches.
@@ -126,20 +132,11 @@ class Partition:
         # Called with (tp, producer id, producer epoch, committed) for each transaction marker a
         # follower replicates (the leader's marker handler calls the broker itself).
         self.marker_listener: Callable[[TopicPartition, int, int, bool], None] | None = None
-        self.rebuild_producer_state()
 
     def rebuild_producer_state(self) -> None:
-        """Producer state, open transactions and the aborted-transaction index, from the log."""
-        self.producers.clear()
-        headers = list(self.log.batch_headers(from_offset=self.log.log_start_offset))
-        for header in headers:
-            self.producers.record(header, self._marker_at(header), self.high_watermark)
-
-    def _marker_at(self, header: BatchHeader) -> ControlMarker | None:
-        if not header.is_control:
-            return None
-        batches = self.log.read(header.base_offset, header.size_bytes)
-        return read_control_marker(batches[0]) if batches else None
+        """Producer state and open transactions, from the log's newest snapshot and the
+        batches after it (the aborted-transaction indexes live with the segments)."""
+        self.log.reload_state()
 
     # ---- offsets ---------------------------------------------------------------------
 
@@ -159,9 +156,7 @@ class Partition:
 
     def aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
         """Aborted transactions with records in [fetch_offset, upper_bound_offset)."""
-        # Retention and DeleteRecords move the log start; entries wholly before it go.
-        self.producers.aborted.drop_below(self.log_start_offset)
-        return self.producers.aborted.overlapping(fetch_offset, upper_bound_offset)
+        return self.log.aborted_transactions(fetch_offset, upper_bound_offset)
 
     @property
     def is_leader(self) -> bool:
@@ -258,8 +253,7 @@ class Partition:
     def append_as_leader(self, batch: bytes | memoryview, now_ms: int) -> BatchHeader:
         """Restamp `batch` at the log end with the current epoch and append it."""
         stamped = restamp(batch, self.log.log_end_offset, self.leader_epoch)
-        header = self.log.append(stamped, now_ms=now_ms)
-        self.producers.record(header)
+        header = self.log.append(stamped, now_ms=now_ms)  # the log records it in self.producers
         self.maybe_advance_high_watermark()
         self.wake_fetchers()
         return header
@@ -271,8 +265,7 @@ class Partition:
         batch = build_control_batch(committed=committed, producer_id=producer_id, producer_epoch=producer_epoch,
                                     coordinator_epoch=coordinator_epoch, base_offset=self.log.log_end_offset, timestamp_ms=now_ms,
                                     partition_leader_epoch=self.leader_epoch)
-        header = self.log.append(batch, now_ms=now_ms)
-        self.producers.record(header, ControlMarker(committed, coordinator_epoch), self.high_watermark)
+        header = self.log.append(batch, now_ms=now_ms)  # the log records it in self.producers
         self.maybe_advance_high_watermark()
         self.wake_fetchers()
         return header
@@ -280,10 +273,9 @@ class Partition:
     def append_internal(self, build: Callable[[int, int], bytes], now_ms: int) -> BatchHeader:
         """Append a batch the broker builds itself, given (base_offset, leader_epoch)."""
         batch = build(self.log.log_end_offset, self.leader_epoch)
+        # The log records it in self.producers: transactional batches the broker writes
+        # (TxnOffsetCommit's) open the producer's transaction here as they do on followers.
         header = self.log.append(batch, now_ms=now_ms)
-        # Transactional batches the broker writes (TxnOffsetCommit's) open the producer's
-        # transaction here as they do on followers and on replay.
-        self.producers.record(header)
         self.maybe_advance_high_watermark()
         self.wake_fetchers()
         return header
@@ -486,9 +478,8 @@ class Partition:
         for header, batch in split_batches(records):
             if header.base_offset < self.log_end_offset:
                 continue  # already have it (a retried fetch)
-            appended = self.log.append(batch, now_ms=now_ms)
+            appended = self.log.append(batch, now_ms=now_ms)  # the log records it in self.producers
             marker = read_control_marker(batch) if appended.is_control else None
-            self.producers.record(appended, marker, self.high_watermark)
             if marker is not None and self.marker_listener is not None:
                 self.marker_listener(self.tp, appended.producer_id, appended.producer_epoch, marker.committed)
             count += 1
@@ -510,8 +501,7 @@ class Partition:
         """Truncate the log to the last batch boundary at or below `offset`."""
         target = self.log.batch_boundary_at_or_below(max(offset, self.log_start_offset))
         if target < self.log_end_offset:
-            self.log.truncate_to(target)
-            self.rebuild_producer_state()
+            self.log.truncate_to(target)  # which rolls the producer state back with it
         if self.high_watermark > self.log_end_offset:
             self.high_watermark = self.log_end_offset
 

@@ -9,23 +9,37 @@ Transactions (KIP-98): a producer's first transactional batch opens its ongoing 
 at that batch's offset; a control batch (the coordinator's commit or abort marker) ends it.
 The last stable offset is the first offset of the earliest transaction not yet decided, where
 a transaction counts as undecided until its marker is below the high watermark (as Kafka's
-unreplicated transactions). Aborted transactions go to the aborted-transaction index that
-read_committed fetches consult. All of it is rebuilt from the log by replaying `record`, on
-the leader and on followers alike, so a new leader serves read_committed as the old one did.
+unreplicated transactions). An abort marker returns the aborted transaction, which the log
+keeps in its segment's aborted-transaction index for read_committed fetches.
+
+The table is the ReplayedState of its partition's log (cluster/storage/producer_snapshot.py):
+the log replays every appended batch into it, on the leader and on followers alike, so a new
+leader serves read_committed as the old one did; it snapshots the table at each segment roll
+and at a clean close, and on open restores the newest good snapshot and replays only the
+batches after it.
 """
 
 from __future__ import annotations
 
+import struct
 from collections import deque
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
+from cluster.protocol.records import read_control_marker
 from cluster.storage.batch import BatchHeader, NO_SEQUENCE
-from cluster.storage.txn_index import AbortedTxn, AbortedTxnIndex, ControlMarker
+from cluster.storage.disk import Bytes
+from cluster.storage.txn_index import AbortedTxn, ControlMarker
 
 BATCHES_TO_RETAIN = 5
 _SEQUENCE_MODULUS = 2**31
+# Snapshot payload: counts, then per producer its entry and retained batches, then the
+# undecided transactions.
+_COUNT = struct.Struct(">I")
+_PRODUCER = struct.Struct(">qhqiqB")  # id, epoch, last timestamp, coordinator epoch, txn first offset, batches
+_BATCH = struct.Struct(">iiqq")  # first sequence, last sequence, base offset, last offset
+_UNDECIDED = struct.Struct(">qqq")  # producer id, first offset, marker offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +103,6 @@ class ProducerStateTable:
     def __init__(self) -> None:
         self._entries: dict[int, ProducerEntry] = {}
         self._undecided: list[_Undecided] = []
-        self.aborted = AbortedTxnIndex()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -161,12 +174,16 @@ class ProducerStateTable:
                           f"older than the last marker's {entry.coordinator_epoch}")
         return None
 
-    def record(self, header: BatchHeader, marker: ControlMarker | None = None, high_watermark: int = 0) -> None:
+    def replay(self, header: BatchHeader, control_batch: Bytes | None) -> AbortedTxn | None:
+        """ReplayedState: apply a batch the log stored (a control batch with its bytes)."""
+        marker = read_control_marker(control_batch) if control_batch is not None and header.is_control else None
+        return self.record(header, marker)
+
+    def record(self, header: BatchHeader, marker: ControlMarker | None = None) -> AbortedTxn | None:
         """Note an appended batch (header carries its final base offset). A control batch
-        comes with its decoded marker; `high_watermark` is the partition's when it was
-        appended (an aborted transaction's index entry records the LSO then)."""
+        comes with its decoded marker; returns the transaction an abort marker aborted."""
         if not header.has_producer_id:
-            return
+            return None
         entry = self._entries.get(header.producer_id)
         if entry is None or header.producer_epoch > entry.producer_epoch:
             # A new epoch starts a new sequence space; the coordinator epoch carries over.
@@ -175,19 +192,18 @@ class ProducerStateTable:
             entry = ProducerEntry(header.producer_epoch, coordinator_epoch=coordinator_epoch, current_txn_first_offset=ongoing)
             self._entries[header.producer_id] = entry
         elif header.producer_epoch < entry.producer_epoch:
-            return
+            return None
         entry.last_timestamp_ms = header.max_timestamp_ms
         if header.is_control:
-            if marker is not None:
-                self._end_txn(header, entry, marker, high_watermark)
-            return
+            return None if marker is None else self._end_txn(header, entry, marker)
         if header.is_transactional and entry.current_txn_first_offset < 0:
             entry.current_txn_first_offset = header.base_offset
             self._undecided.append(_Undecided(header.producer_id, header.base_offset))
         if header.base_sequence != NO_SEQUENCE:
             entry.batches.append(BatchMetadata(header.base_sequence, header.last_sequence, header.base_offset, header.last_offset))
+        return None
 
-    def _end_txn(self, header: BatchHeader, entry: ProducerEntry, marker: ControlMarker, high_watermark: int) -> None:
+    def _end_txn(self, header: BatchHeader, entry: ProducerEntry, marker: ControlMarker) -> AbortedTxn | None:
         marker_offset = header.base_offset
         # As Kafka: a marker with no transaction open here completes an empty one at itself.
         first = entry.current_txn_first_offset if entry.current_txn_first_offset >= 0 else marker_offset
@@ -196,10 +212,13 @@ class ProducerStateTable:
         for undecided in self._undecided:
             if undecided.producer_id == header.producer_id and undecided.marker_offset < 0:
                 undecided.marker_offset = marker_offset
-        if not marker.committed:
-            others = [u.first_offset for u in self._undecided if u.producer_id != header.producer_id and u.marker_offset < 0]
-            lso = min([marker_offset + 1, *others])
-            self.aborted.add(AbortedTxn(header.producer_id, first, marker_offset, min(lso, max(high_watermark, first))))
+        if marker.committed:
+            return None
+        # Kafka's lastStableOffset(completedTxn): the first offset of the earliest other open
+        # transaction, else just past the marker. Every transaction aborted later starts at
+        # or past it, which lets a lookup stop at this entry.
+        others = [u.first_offset for u in self._undecided if u.producer_id != header.producer_id and u.marker_offset < 0]
+        return AbortedTxn(header.producer_id, first, marker_offset, min([marker_offset + 1, *others]))
 
     def last_stable_offset(self, high_watermark: int) -> int:
         """The first offset of the earliest undecided transaction, capped at the HWM."""
@@ -212,4 +231,49 @@ class ProducerStateTable:
     def clear(self) -> None:
         self._entries.clear()
         self._undecided.clear()
-        self.aborted.clear()
+
+    def snapshot(self) -> bytes:
+        """ReplayedState: every producer (with its retained batches) and the undecided
+        transactions, encoded."""
+        out = [_COUNT.pack(len(self._entries))]
+        for producer_id, entry in sorted(self._entries.items()):
+            out.append(_PRODUCER.pack(producer_id, entry.producer_epoch, entry.last_timestamp_ms, entry.coordinator_epoch,
+                                      entry.current_txn_first_offset, len(entry.batches)))
+            out.extend(_BATCH.pack(b.first_sequence, b.last_sequence, b.base_offset, b.last_offset) for b in entry.batches)
+        out.append(_COUNT.pack(len(self._undecided)))
+        out.extend(_UNDECIDED.pack(u.producer_id, u.first_offset, u.marker_offset) for u in self._undecided)
+        return b"".join(out)
+
+    def restore(self, payload: bytes) -> None:
+        """ReplayedState: replace the table with a snapshot's; ValueError if it is malformed
+        (the table is then left empty)."""
+        self.clear()
+        try:
+            self._restore(memoryview(payload))
+        except (struct.error, ValueError) as error:
+            self.clear()
+            raise ValueError(f"producer-state snapshot is malformed: {error}") from None
+
+    def _restore(self, data: memoryview) -> None:
+        at = 0
+
+        def take(layout: struct.Struct) -> tuple[int, ...]:
+            nonlocal at
+            values = layout.unpack_from(data, at)
+            at += layout.size
+            return values
+
+        (producers,) = take(_COUNT)
+        for _ in range(producers):
+            producer_id, epoch, last_timestamp_ms, coordinator_epoch, txn_first_offset, batch_count = take(_PRODUCER)
+            if batch_count > BATCHES_TO_RETAIN or producer_id in self._entries:
+                raise ValueError(f"producer {producer_id}: {batch_count} batches, or listed twice")
+            entry = ProducerEntry(epoch, last_timestamp_ms, coordinator_epoch=coordinator_epoch, current_txn_first_offset=txn_first_offset)
+            for _ in range(batch_count):
+                entry.batches.append(BatchMetadata(*take(_BATCH)))
+            self._entries[producer_id] = entry
+        (undecided,) = take(_COUNT)
+        for _ in range(undecided):
+            self._undecided.append(_Undecided(*take(_UNDECIDED)))
+        if at != len(data):
+            raise ValueError(f"{len(data) - at} bytes left over")

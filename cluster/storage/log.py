@@ -16,12 +16,24 @@ Files in the partition directory:
   leader-epoch-checkpoint      see epochs.py
   recovery-point               the offset below which everything was fsynced, as text
   log-start-offset             the first offset still offered, as text (only once it has moved)
+and in a log that keeps transaction state (a ReplayedState attached, as every broker
+partition does):
+  <20-digit base offset>.txnindex  the segment's aborted transactions (see txn_index.py)
+  <20-digit offset>.snapshot   the state after the batches below that offset (see
+                               producer_snapshot.py), written at each roll and clean close
 
 Recovery on open validates (framing, CRC-32C, contiguous offsets) every batch past the
 checkpointed recovery point and cuts the log at the first torn, corrupt or out-of-sequence
 batch. Batches below it were fsynced before the checkpoint was written: a segment's stored
 index is trusted up to its last entry when that entry is not past the checkpoint, and only
 the batches after it are rescanned. Recovery then fsyncs what it kept.
+
+Transaction state (attach_state, as Kafka's LogLoader): a segment's `.txnindex` is trusted
+when the segment lies wholly below the checkpointed recovery point and the file passes its
+checks. From the newest good snapshot at or before the first segment whose index is not
+trusted (or the log end when all are), the state is restored and the batches after it are
+replayed; the untrusted indexes are rebuilt from that replay. After a clean close that
+replays nothing. A corrupt snapshot is reported, deleted and never used.
 """
 
 from __future__ import annotations
@@ -29,14 +41,16 @@ from __future__ import annotations
 import bisect
 import posixpath
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cluster.storage.batch import HEADER_SIZE, BatchHeader, InvalidBatchError, crc_is_valid, parse_header
 from cluster.storage.config import LogConfig
 from cluster.storage.disk import Bytes, Disk
 from cluster.storage.epochs import CorruptCheckpointError, LeaderEpochCache, replay_assignments
+from cluster.storage.producer_snapshot import ReplayedState, SnapshotFiles, snapshot_file_name
 from cluster.storage.record_times import record_times
 from cluster.storage.segment import INDEX_SUFFIX, Segment, parse_segment_file_name
+from cluster.storage.txn_index import TXN_INDEX_SUFFIX, AbortedTxn
 
 __all__ = ["LogConfig", "OffsetOutOfRangeError", "PartitionLog", "RecoveryReport"]
 
@@ -63,6 +77,10 @@ class RecoveryReport:
     reason: str | None  # e.g. "CRC mismatch at offset 1234 (byte 0) in 00000000000000001000.log"
     # What else was rebuilt on open and why (a missing or invalid index, a lost checkpoint).
     rebuilt: tuple[str, ...] = ()
+    # Transaction state (attach_state): batches replayed into it, from the snapshot at
+    # `snapshot_offset` (None: no usable snapshot, replayed from the first segment).
+    state_batches: int = 0
+    snapshot_offset: int | None = None
 
 
 class PartitionLog:
@@ -80,13 +98,20 @@ class PartitionLog:
         self.epochs = LeaderEpochCache(disk, directory)
         self.recovery = RecoveryReport(0, 0, 0, None)
         self._closed = False
+        # The transaction state the log keeps by replaying its batches (attach_state).
+        self.state: ReplayedState | None = None
+        self._snapshots = SnapshotFiles(disk, directory)
+        # Segments whose .txnindex recovery removed, and why (rebuilt by attach_state).
+        self._untrusted_txn_indexes: dict[int, str] = {}
 
     # ---- opening and recovery ---------------------------------------------------------
 
     @classmethod
-    def open(cls, disk: Disk, directory: str, config: LogConfig, *, now_ms: int) -> PartitionLog:
+    def open(cls, disk: Disk, directory: str, config: LogConfig, *, now_ms: int, state: ReplayedState | None = None) -> PartitionLog:
         log = cls(disk, directory, config, now_ms)
         log._recover(now_ms)
+        if state is not None:
+            log.attach_state(state)
         return log
 
     def _path(self, name: str) -> str:
@@ -126,6 +151,12 @@ class PartitionLog:
             rebuilt.append(f"log start {self._log_start_offset} is past the recovered end {self.log_end_offset}; log restarted empty there")
             self._reset_to(self._log_start_offset, now_ms)
 
+        # A segment with batches past the checkpoint may have lost aborted-transaction entries
+        # with them: its index goes before the checkpoint below would vouch for it.
+        for segment in scanned:
+            if segment in self._segments:
+                self._untrust_txn_index(segment, "held batches past the recovery point")
+        self._snapshots.delete_above(self.log_end_offset)
         # What recovery kept is fsynced before the recovery point says so.
         for segment in scanned:
             if segment is not self._segments[-1] and segment in self._segments:
@@ -150,6 +181,7 @@ class PartitionLog:
             self.epochs.replace(self._epoch_starts_from_headers())
         self.epochs.truncate_from_start(self._log_start_offset)
         self._delete_segments_below_log_start()
+        self._snapshots.delete_below(self._segments[0].base_offset)
         self.recovery = RecoveryReport(len(self._segments), batches, truncated, reason, tuple(rebuilt))
 
     def _remove_leftovers(self) -> list[int]:
@@ -160,7 +192,7 @@ class PartitionLog:
         base_set = set(bases)
         for name in names:
             stem = name.split(".", 1)[0]
-            orphan_index = name.endswith(INDEX_SUFFIX) and stem.isdigit() and int(stem) not in base_set
+            orphan_index = (name.endswith(INDEX_SUFFIX) or name.endswith(TXN_INDEX_SUFFIX)) and stem.isdigit() and int(stem) not in base_set
             if name.endswith(_TMP_SUFFIX) or orphan_index:
                 self._disk.remove(self._path(name))
         return bases
@@ -206,11 +238,119 @@ class PartitionLog:
                 reason = result.problem
                 truncated += result.invalid_tail_bytes
                 segment.cut_invalid_tail()
+                if segment not in scanned:
+                    scanned.append(segment)  # cut below the checkpoint: rechecked like the rest
             self._segments.append(segment)
         return batches, truncated, reason, scanned
 
     def _new_segment(self, base_offset: int, now_ms: int) -> Segment:
-        return Segment.create(self._disk, self.directory, base_offset, index_interval_bytes=self.config.index_interval_bytes, now_ms=now_ms)
+        return Segment.create(self._disk, self.directory, base_offset, index_interval_bytes=self.config.index_interval_bytes, now_ms=now_ms,
+                              txn_index=self.state is not None)
+
+    def _untrust_txn_index(self, segment: Segment, why: str) -> None:
+        self._untrusted_txn_indexes[segment.base_offset] = f"{posixpath.basename(segment.txn_index_path)}: its segment {why}"
+        if self._disk.exists(segment.txn_index_path):
+            self._disk.remove(segment.txn_index_path)
+
+    # ---- transaction state ------------------------------------------------------------
+
+    def attach_state(self, state: ReplayedState) -> None:
+        """Keep `state` from now on: restore it from the newest good snapshot, replay the
+        batches after it, and rebuild every aborted-transaction index that cannot be trusted
+        (see the module docstring). Appends and truncations then keep it, its snapshots and
+        the segments' indexes up to date."""
+        self._check_open()
+        if self.state is not None:
+            raise RuntimeError(f"log {self.directory} already keeps a state")
+        self.state = state
+        rebuilt = list(self.recovery.rebuilt)
+        untrusted: dict[int, str] = {}
+        for segment in self._segments:
+            why = self._untrusted_txn_indexes.get(segment.base_offset) or segment.load_txn_index()
+            if why is not None:
+                untrusted[segment.base_offset] = why
+        self._untrusted_txn_indexes = {}
+        first_untrusted = min(untrusted, default=self.log_end_offset)
+        snapshot_offset = self._restore_snapshot(first_untrusted, rebuilt)
+        start = self._segments[0].base_offset if snapshot_offset is None else snapshot_offset
+        replayed = self._replay_state(start, set(untrusted))
+        for segment in self._segments:
+            why = untrusted.get(segment.base_offset)
+            if why is not None:
+                segment.write_txn_index()
+                if not segment.is_empty:
+                    rebuilt.append(f"{why}; rebuilt")
+        if replayed:
+            # The next open starts here (everything below the log end was fsynced by recovery).
+            self._snapshots.write(self.log_end_offset, state.snapshot())
+        self.recovery = replace(self.recovery, rebuilt=tuple(rebuilt), state_batches=replayed, snapshot_offset=snapshot_offset)
+
+    def reload_state(self) -> int:
+        """Rebuild the state from the newest snapshot and the batches after it (after the
+        log changed under it); returns how many batches were replayed."""
+        self._check_open()
+        if self.state is None:
+            raise RuntimeError(f"log {self.directory} keeps no state")
+        snapshot_offset = self._restore_snapshot(self.log_end_offset, None)
+        return self._replay_state(self._segments[0].base_offset if snapshot_offset is None else snapshot_offset, set())
+
+    def _restore_snapshot(self, at_most: int, rebuilt: list[str] | None) -> int | None:
+        """Restore the state from the newest good snapshot at or below `at_most`; returns
+        its offset, or None (the state then starts empty). Bad snapshots are deleted."""
+        assert self.state is not None
+        first_base = self._segments[0].base_offset
+        for offset in reversed(self._snapshots.offsets()):
+            if offset > at_most or offset < first_base:
+                continue
+            try:
+                self.state.restore(self._snapshots.read(offset))
+            except (ValueError, OSError) as error:
+                if rebuilt is not None:
+                    rebuilt.append(f"{snapshot_file_name(offset)} is invalid: {error}; deleted")
+                self._snapshots.delete(offset)
+                continue
+            return offset
+        self.state.clear()
+        return None
+
+    def _replay_state(self, start: int, rebuild: set[int]) -> int:
+        """Replay every batch from the one at `start` into the state; aborted transactions
+        found in a segment of `rebuild` go to its index. Returns how many batches."""
+        assert self.state is not None
+        if start >= self.log_end_offset:
+            return 0
+        index = self._segment_index_for(start)
+        located = self._segments[index].locate(start)
+        position = 0 if located is None else located[0]
+        replayed = 0
+        replay = self.state.replay
+        for segment in self._segments[index:]:
+            rebuilding = segment.base_offset in rebuild
+            for at, header in segment.headers_from(position):
+                control = segment.read(at, header.size_bytes) if header.is_control else None
+                aborted = replay(header, control)
+                if aborted is not None and rebuilding:
+                    segment.txn_index.add(aborted)
+                replayed += 1
+            position = 0
+        return replayed
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """Aborted transactions with records in [fetch_offset, upper_bound_offset), from the
+        index of the segment holding fetch_offset on, as Kafka's collectAbortedTransactions:
+        later segments may hold the markers of transactions that started earlier, until an
+        entry's LSO says no later one can."""
+        self._check_open()
+        found: list[AbortedTxn] = []
+        start = max(fetch_offset, self._log_start_offset)
+        for segment in self._segments[self._segment_index_for(start) :]:
+            if len(segment.txn_index) and segment.txn_index.collect(start, upper_bound_offset, found):
+                break
+        return found
+
+    def aborted_txns(self) -> list[AbortedTxn]:
+        """Every aborted transaction whose marker is at or past the log start."""
+        return [e for s in self._segments for e in s.txn_index.entries() if e.last_offset >= self._log_start_offset]
 
     def _epoch_mismatch_at_end(self) -> str | None:
         """Why the epoch cache does not fit the log's last batch, or None if it does."""
@@ -293,6 +433,10 @@ class PartitionLog:
             self.epochs.assign(epoch, header.base_offset)
         active.append(view, header)
         self._size_bytes += header.size_bytes
+        if self.state is not None:
+            aborted = self.state.replay(header, view if header.is_control else None)
+            if aborted is not None:
+                active.append_aborted(aborted)
         interval = self.config.flush_interval_messages
         if interval is not None and self.log_end_offset - self._recovery_point >= interval:
             self._flush(now_ms)
@@ -321,6 +465,10 @@ class PartitionLog:
         new = self._new_segment(old.next_offset, now_ms)
         self._segments.append(new)
         self._bases.append(new.base_offset)
+        if self.state is not None:
+            # The batches below the new segment were fsynced by the seal: the snapshot may
+            # vouch for them. (The state has not seen the batch that caused the roll yet.)
+            self._snapshots.write(new.base_offset, self.state.snapshot())
         # After the new files exist: the checkpoint's directory fsync makes them durable too.
         self._write_recovery_point()
         return new
@@ -510,6 +658,10 @@ class PartitionLog:
         if located is None or located[1].base_offset != offset:
             holder = "" if located is None else f" (it is inside the batch at {located[1].base_offset})"
             raise ValueError(f"truncate_to({offset}): not a batch boundary{holder}")
+        # Snapshots past the new end go first: one must never describe batches that a crash
+        # after the cut lets new appends replace.
+        if self.state is not None:
+            self._snapshots.delete_above(offset)
         # The checkpoint goes down first: a crash in between must not leave it above the data.
         if self._recovery_point > offset:
             self._recovery_point = offset
@@ -525,6 +677,8 @@ class PartitionLog:
         self._size_bytes += segment.size_bytes
         segment.open_for_append()
         self.epochs.truncate_from_end(offset)
+        if self.state is not None:
+            self.reload_state()
 
     def truncate_fully_and_start_at(self, offset: int, *, now_ms: int) -> None:
         """Delete everything and restart the log empty at `offset` (a follower whose log is
@@ -536,6 +690,9 @@ class PartitionLog:
         self.epochs.clear()
 
     def _reset_to(self, offset: int, now_ms: int) -> None:
+        self._snapshots.delete_above(-1)
+        if self.state is not None:
+            self.state.clear()
         self._recovery_point = offset
         self._write_recovery_point()
         self._log_start_offset = offset
@@ -600,6 +757,8 @@ class PartitionLog:
             self._size_bytes -= segment.size_bytes
             segment.delete()
             deleted += 1
+        if deleted and self.state is not None:
+            self._snapshots.delete_below(self._segments[0].base_offset)
         return deleted
 
     # ---- closing ----------------------------------------------------------------------
@@ -609,6 +768,10 @@ class PartitionLog:
         if self._closed:
             return
         self._flush(None)
+        if self.state is not None:
+            # A clean shutdown: the next open trusts every index and replays nothing.
+            self._segments[-1].fsync_txn_index()
+            self._snapshots.write(self.log_end_offset, self.state.snapshot())
         self._write_recovery_point()
         for segment in self._segments:
             segment.close()

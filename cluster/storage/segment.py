@@ -1,4 +1,5 @@
-"""One segment of a partition log: `<base>.log` (batches back to back) and its `<base>.index`.
+"""One segment of a partition log: `<base>.log` (batches back to back), its `<base>.index`
+and, in a log that keeps transaction state, its `<base>.txnindex` (see txn_index.py).
 
 A segment knows its byte size, its offset range, its largest batch timestamp, and keeps the
 sparse index in memory; only the active (last) segment has open append handles. Loading a
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from cluster.storage.batch import HEADER_SIZE, BatchHeader, InvalidBatchError, crc_is_valid, parse_header
 from cluster.storage.disk import AppendHandle, Disk
 from cluster.storage.index import NO_TIMESTAMP, IndexEntry, IndexInvalidError, SparseIndex
+from cluster.storage.txn_index import TXN_INDEX_SUFFIX, AbortedTxn, AbortedTxnIndex, TxnIndexInvalidError
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -58,6 +60,7 @@ class Segment:
         stem = segment_file_stem(base_offset)
         self.log_path = posixpath.join(directory, stem + LOG_SUFFIX)
         self.index_path = posixpath.join(directory, stem + INDEX_SUFFIX)
+        self.txn_index_path = posixpath.join(directory, stem + TXN_INDEX_SUFFIX)
         self.index_interval_bytes = index_interval_bytes
         self.created_ms = created_ms
         self.size_bytes = 0
@@ -72,6 +75,10 @@ class Segment:
         # so an active segment holds one file descriptor, not two; a crash that loses them
         # only makes recovery scan a little more.
         self._index_pending = bytearray()
+        # The aborted transactions whose markers are in this segment, and the entries not yet
+        # in the file (written with the index's pending entries, fsynced at seal and close).
+        self.txn_index = AbortedTxnIndex()
+        self._txn_pending = bytearray()
         # Where the most recently accounted batches are (parallel lists, oldest first), so
         # that reads near the log end, nearly every fetch of a follower or a caught-up
         # consumer, find their batch without scanning headers from the last index entry.
@@ -93,13 +100,18 @@ class Segment:
     # ---- lifecycle ------------------------------------------------------------------
 
     @classmethod
-    def create(cls, disk: Disk, directory: str, base_offset: int, *, index_interval_bytes: int, now_ms: int) -> Segment:
+    def create(cls, disk: Disk, directory: str, base_offset: int, *, index_interval_bytes: int, now_ms: int,
+               txn_index: bool = False) -> Segment:
+        """A new empty segment; with `txn_index`, its (empty) `.txnindex` file too, so that
+        a missing one is noticed on open."""
         segment = cls(disk, directory, base_offset, index_interval_bytes=index_interval_bytes, created_ms=now_ms)
-        for path in (segment.log_path, segment.index_path):
+        for path in (segment.log_path, segment.index_path, segment.txn_index_path):
             if disk.exists(path):
                 disk.remove(path)
         segment.open_for_append()
         disk.open_append(segment.index_path).close()
+        if txn_index:
+            disk.open_append(segment.txn_index_path).close()
         return segment
 
     def open_for_append(self) -> None:
@@ -118,6 +130,7 @@ class Segment:
         if self._log_handle is not None:
             self._log_handle.fsync()
         self._write_index_pending(fsync=False)
+        self._write_txn_pending(fsync=False)
 
     def _write_index_pending(self, *, fsync: bool) -> None:
         if not self._index_pending and not fsync:
@@ -131,9 +144,30 @@ class Segment:
             handle.close()
         self._index_pending.clear()
 
+    def _write_txn_pending(self, *, fsync: bool) -> None:
+        """Append the pending aborted-transaction entries; with `fsync`, make the whole file
+        durable (only a log that keeps one has the file)."""
+        if not self._txn_pending and not (fsync and self._disk.exists(self.txn_index_path)):
+            return
+        handle = self._disk.open_append(self.txn_index_path)
+        try:
+            handle.write(self._txn_pending)
+            if fsync:
+                handle.fsync()
+        finally:
+            handle.close()
+        self._txn_pending.clear()
+
+    def fsync_txn_index(self) -> None:
+        """Make the aborted-transaction index durable (a clean close: the recovery point
+        about to cover this segment says its index can be trusted)."""
+        self._write_txn_pending(fsync=True)
+
     def fsync_closed(self) -> None:
         """Fsync a segment that has no append handle (after recovery validated it)."""
-        for path in (self.log_path, self.index_path):
+        for path in (self.log_path, self.index_path, self.txn_index_path):
+            if path == self.txn_index_path and not self._disk.exists(path):
+                continue
             handle = self._disk.open_append(path)
             try:
                 handle.fsync()
@@ -146,6 +180,7 @@ class Segment:
         if self._log_handle is not None:
             self._log_handle.fsync()
         self._write_index_pending(fsync=True)
+        self._write_txn_pending(fsync=True)
         self.close()
 
     def close(self) -> None:
@@ -155,7 +190,7 @@ class Segment:
 
     def delete(self) -> None:
         self.close()
-        for path in (self.log_path, self.index_path):
+        for path in (self.log_path, self.index_path, self.txn_index_path):
             if self._disk.exists(path):
                 self._disk.remove(path)
 
@@ -194,6 +229,12 @@ class Segment:
         if self.first_batch_timestamp_ms is None:
             self.first_batch_timestamp_ms = header.max_timestamp_ms
         return encoded
+
+    def append_aborted(self, entry: AbortedTxn) -> None:
+        """Note a transaction aborted by a marker in this segment (kept in memory, written
+        to the file with the next fsync)."""
+        self.txn_index.add(entry)
+        self._txn_pending += entry.encode()
 
     # ---- reading ----------------------------------------------------------------------
 
@@ -270,6 +311,29 @@ class Segment:
         self._recompute_from_last_index_entry(position)
         # Rewritten whole rather than cut: the file may hold fewer entries than memory.
         self._write_whole_index()
+        self.txn_index.truncate_to(offset)
+        if self._disk.exists(self.txn_index_path):
+            self.write_txn_index()
+
+    def write_txn_index(self) -> None:
+        """Write the aborted-transaction index whole (after truncation or a rebuild)."""
+        self._disk.write_atomic(self.txn_index_path, self.txn_index.encode())
+        self._txn_pending.clear()
+
+    def load_txn_index(self) -> str | None:
+        """Read the `.txnindex` file of a loaded segment; returns why it cannot be trusted
+        (then the index is left empty for the caller to rebuild), or None."""
+        self.txn_index = AbortedTxnIndex()
+        self._txn_pending.clear()
+        name = posixpath.basename(self.txn_index_path)
+        if not self._disk.exists(self.txn_index_path):
+            return f"{name} is missing"
+        try:
+            self.txn_index = AbortedTxnIndex.decode(self._disk.read_all(self.txn_index_path), base_offset=self.base_offset,
+                                                    next_offset=self.next_offset)
+        except TxnIndexInvalidError as error:
+            return f"{name} is invalid: {error}"
+        return None
 
     def _write_whole_index(self) -> None:
         self._disk.write_atomic(self.index_path, self.index.encode())

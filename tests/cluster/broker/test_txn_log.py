@@ -123,7 +123,7 @@ def test_commit_and_abort_set_the_lso_and_the_aborted_list() -> None:
     # The consumer gets every record and the aborted transactions to drop: B's from offset 1.
     assert values == [b"a1", b"b1", b"a2"] and aborted == [(b, 1)]
     partition = driver.broker.partition(TOPIC, 0)
-    assert [(e.producer_id, e.first_offset, e.last_offset) for e in partition.producers.aborted.entries()] == [(b, 1, 4)]
+    assert [(e.producer_id, e.first_offset, e.last_offset) for e in partition.log.aborted_txns()] == [(b, 1, 4)]
     # A fetch from offset 3 still reads B's abort marker, so it is told of B's transaction,
     # as Kafka's index search (last offset >= fetch offset) tells it; past the marker, not.
     part, _ = fetched(fetch(driver, 3, 1))

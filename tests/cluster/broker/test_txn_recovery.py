@@ -34,7 +34,7 @@ def test_a_crash_keeps_what_was_flushed_and_reopens_what_was_not() -> None:
     assert partition is not None and partition.log_end_offset == 3  # the marker is gone
     # A's transaction is open again from offset 0: nothing is stable; B's abort survived.
     assert committed_values(driver) == ([], [], 0)
-    assert [(e.producer_id, e.first_offset, e.last_offset) for e in partition.producers.aborted.entries()] == [(b, 1, 2)]
+    assert [(e.producer_id, e.first_offset, e.last_offset) for e in partition.log.aborted_txns()] == [(b, 1, 2)]
     entry_b = partition.producers.entry(b)
     assert entry_b is not None and entry_b.coordinator_epoch == 4
     # The coordinator resends A's marker, as it does after any failure to get an answer.

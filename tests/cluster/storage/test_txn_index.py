@@ -1,5 +1,6 @@
-"""The aborted-transaction index, transaction markers, and the partition state rebuilt from
-a log holding transactional and control batches (reopen, truncation, log start moves)."""
+"""The aborted-transaction index (per segment, in memory and in `.txnindex` files), transaction
+markers, and the partition state kept by a log holding transactional and control batches
+(reopen, truncation, log start moves)."""
 
 from __future__ import annotations
 
@@ -11,25 +12,49 @@ from cluster.storage.batch import ATTR_TRANSACTIONAL, parse_header
 from cluster.storage.config import LogConfig
 from cluster.storage.disk import MemoryDisk
 from cluster.storage.log import PartitionLog
-from cluster.storage.txn_index import AbortedTxn, AbortedTxnIndex, ControlMarker
+from cluster.storage.txn_index import AbortedTxn, AbortedTxnIndex, ControlMarker, TxnIndexInvalidError
 
 SMALL = LogConfig(segment_bytes=300, index_interval_bytes=100, retention_ms=None)
 
 
-def test_index_overlap_truncate_and_drop() -> None:
+def test_index_collect_stops_at_an_lso_past_the_bound_and_truncates() -> None:
     index = AbortedTxnIndex()
     index.add(AbortedTxn(7, 0, 4, 5))
-    index.add(AbortedTxn(8, 2, 9, 10))
+    index.add(AbortedTxn(8, 2, 9, 3))  # another transaction (from 3) was open when 8 aborted
     index.add(AbortedTxn(7, 12, 15, 16))
     with pytest.raises(ValueError):
         index.add(AbortedTxn(9, 1, 15, 16))  # not after the last marker
-    assert [e.producer_id for e in index.overlapping(5, 20)] == [8, 7]
-    assert [e.producer_id for e in index.overlapping(0, 2)] == [7]  # first offset 2 is not below 2
-    assert index.overlapping(16, 30) == []
-    index.truncate_to(15)
+    with pytest.raises(ValueError):
+        index.add(AbortedTxn(9, 20, 18, 21))  # starts after its marker
+    found: list[AbortedTxn] = []
+    assert not index.collect(5, 20, found)  # no entry's LSO reaches 20: later segments may hold more
+    assert [e.producer_id for e in found] == [8, 7]
+    found = []
+    assert index.collect(0, 2, found)  # the first entry's LSO (5) is past 2: nothing later overlaps
+    assert [e.producer_id for e in found] == [7]
+    found = []
+    assert index.collect(16, 30, found) is False and found == []
+    assert index.truncate_to(15) == 1
     assert [e.last_offset for e in index.entries()] == [4, 9]
-    index.drop_below(5)
-    assert [e.last_offset for e in index.entries()] == [9]
+
+
+def test_index_file_round_trip_and_checks() -> None:
+    index = AbortedTxnIndex()
+    index.add(AbortedTxn(7, 100, 104, 105))
+    index.add(AbortedTxn(8, 101, 109, 110))
+    data = index.encode()
+    assert len(data) == 64
+    assert AbortedTxnIndex.decode(data, base_offset=100, next_offset=110).entries() == index.entries()
+    with pytest.raises(TxnIndexInvalidError, match="not a multiple of 32"):
+        AbortedTxnIndex.decode(data[:-3], base_offset=100, next_offset=110)
+    with pytest.raises(TxnIndexInvalidError, match="outside the segment"):
+        AbortedTxnIndex.decode(data, base_offset=100, next_offset=109)  # the last marker is past the end
+    with pytest.raises(TxnIndexInvalidError, match="outside the segment"):
+        AbortedTxnIndex.decode(data, base_offset=105, next_offset=110)
+    with pytest.raises(TxnIndexInvalidError, match="not after the last one"):
+        AbortedTxnIndex.decode(data[32:] + data[:32], base_offset=100, next_offset=110)
+    with pytest.raises(TxnIndexInvalidError, match="inconsistent"):
+        AbortedTxnIndex.decode(AbortedTxn(7, 100, 104, 200).encode(), base_offset=100, next_offset=110)
 
 
 def test_control_batch_round_trip() -> None:
@@ -62,7 +87,7 @@ def _write(partition: Partition) -> None:
     partition.append_as_leader(_txn(b"b", 2, 1), 0)
 
 
-def test_reopen_rebuilds_index_and_open_transactions() -> None:
+def test_reopen_restores_index_and_open_transactions() -> None:
     disk = MemoryDisk()
     partition = _partition(disk)
     _write(partition)
@@ -70,19 +95,21 @@ def test_reopen_rebuilds_index_and_open_transactions() -> None:
     assert partition.log.segment_count > 1  # the state spans segments
     # The LSO waits for the HWM: a single replica's HWM follows its log end only as leader.
     assert partition.producers.last_stable_offset(6) == 5
-    expected = [(2, 1, 2)]
-    assert [(e.producer_id, e.first_offset, e.last_offset) for e in partition.producers.aborted.entries()] == expected
+    # A's transaction (from 0) was open when B aborted: the LSO after the abort is 0.
+    expected = [AbortedTxn(2, 1, 2, 0)]
+    assert partition.log.aborted_txns() == expected
     partition.log.close()
 
     reopened = _partition(disk, high_watermark=6)
-    assert [(e.producer_id, e.first_offset, e.last_offset) for e in reopened.producers.aborted.entries()] == expected
+    assert reopened.log.recovery.state_batches == 0  # a clean close: the snapshot at the log end
+    assert reopened.log.aborted_txns() == expected
     assert reopened.last_stable_offset == 5
     entry = reopened.producers.entry(2)
     assert entry is not None and entry.current_txn_first_offset == 5
 
     # Truncation below the abort marker takes its entry away and reopens B's transaction.
     reopened.truncate(2)
-    assert reopened.producers.aborted.entries() == []
+    assert reopened.log.aborted_txns() == []
     assert reopened.last_stable_offset == 0
     entry = reopened.producers.entry(2)
     assert entry is not None and entry.current_txn_first_offset == 1
@@ -93,6 +120,7 @@ def test_log_start_past_an_aborted_transaction_drops_it() -> None:
     partition = _partition(disk)
     _write(partition)
     partition.high_watermark = 6
+    assert [(a.producer_id, a.first_offset) for a in partition.aborted_transactions(0, 6)] == [(2, 1)]
     partition.log.delete_records_before(3)
     assert partition.aborted_transactions(3, 6) == []
-    assert partition.producers.aborted.entries() == []
+    assert partition.log.aborted_txns() == []

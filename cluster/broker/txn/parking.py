@@ -15,6 +15,7 @@ NOT_COORDINATOR (what it would be told if it arrived now). 0 turns parking off.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -22,6 +23,7 @@ from kio.schema.errors import ErrorCode
 
 from cluster.broker.env import Scheduler, TimerHandle
 
+log = logging.getLogger(__name__)
 ErrorDone = Callable[[ErrorCode], None]
 
 
@@ -62,6 +64,8 @@ class ParkedRequests:
                 queue.remove(entry)
                 if not queue and self._parked.get(transactional_id) is queue:
                     del self._parked[transactional_id]
+            log.info("%s: a held AddPartitionsToTxn/AddOffsetsToTxn is answered CONCURRENT_TRANSACTIONS: the previous transaction has not "
+                     "completed in %d ms", transactional_id, self.wait_max_ms)
             entry.answer(ErrorCode.concurrent_transactions)
 
         entry.timer = self._scheduler.call_later(self.wait_max_ms, expired)

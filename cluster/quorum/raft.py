@@ -485,6 +485,11 @@ class RaftQuorum:
             if answer.vote_granted:
                 self._granted.add(voter)
                 self._check_votes(pre_vote=pre_vote)
+            elif pre_vote and leader >= 0:
+                # Refused because it still follows a leader: followers notice the leader's
+                # silence at slightly different times, so ask again shortly in this round.
+                self.scheduler.call_later(self.config.retry_backoff_ms,
+                                          lambda: self._send_vote(voter, pre_vote) if self._generation == generation else None)
 
         self.outbound.send(self.voters[voter].on_channel("quorum"), ApiKey.VOTE, rpc.VOTE_VERSION, body, done, self.config.request_timeout_ms)
 
@@ -499,7 +504,9 @@ class RaftQuorum:
                 self._deferring_to = None
                 self._check_votes(pre_vote=True)
 
-        self.scheduler.call_later(max(4 * self.config.retry_backoff_ms, 50), expire)
+        window_ms = max(4 * self.config.retry_backoff_ms, 50)
+        # Jittered, so prospectives deferring to the same voter do not all stand at once.
+        self.scheduler.call_later(window_ms * (1 + self.rng.random()), expire)
 
     def _ahead_of_us(self, candidate: int, last_epoch: int, end_offset: int) -> bool:
         """The order in which prospectives yield to each other: fresher log first, then the

@@ -138,6 +138,7 @@ class RaftQuorum:
         # several followers lose the leader at once, they would otherwise all stand and
         # split the vote, costing an election timeout.
         self._deferring_to: int | None = None
+        self._pre_vote_retries: dict[int, int] = {}  # per voter, in this round
         self._election_attempts = 0
         # follower
         self._last_leader_contact_ns = _NEVER
@@ -288,6 +289,7 @@ class RaftQuorum:
         self.leader_id = leader_id
         self._granted = set()
         self._deferring_to = None
+        self._pre_vote_retries = {}
         self._download = None
         transition = Transition(self.clock.monotonic_ns(), self.node_id, epoch, role.value, leader_id)
         self.transitions.append(transition)
@@ -487,8 +489,11 @@ class RaftQuorum:
                 self._check_votes(pre_vote=pre_vote)
             elif pre_vote and leader >= 0:
                 # Refused because it still follows a leader: followers notice the leader's
-                # silence at slightly different times, so ask again shortly in this round.
-                self.scheduler.call_later(self.config.retry_backoff_ms,
+                # silence at slightly different times, so ask again shortly in this round
+                # (backing off: a voter whose leader lives keeps refusing).
+                asked = self._pre_vote_retries.get(voter, 0)
+                self._pre_vote_retries[voter] = asked + 1
+                self.scheduler.call_later(self.config.retry_backoff_ms * 2 ** min(asked, 10),
                                           lambda: self._send_vote(voter, pre_vote) if self._generation == generation else None)
 
         self.outbound.send(self.voters[voter].on_channel("quorum"), ApiKey.VOTE, rpc.VOTE_VERSION, body, done, self.config.request_timeout_ms)

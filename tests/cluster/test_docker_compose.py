@@ -235,7 +235,8 @@ def test_bad_arguments_are_refused_before_anything_starts(docker_image, tmp_path
     assert not (tmp_path / "results").exists()  # refused before any run directory
 
 
-def test_nodes_that_never_answer_fail_the_run_naming_them_and_leave_nothing(docker_image, tmp_path, capsys, monkeypatch):
+def test_nodes_that_never_answer_or_a_failed_up_fail_the_run_naming_why_and_leave_nothing(docker_image, tmp_path, capsys,
+                                                                                           monkeypatch):
     from harness.testcmd import main
 
     client, _ = docker_image
@@ -252,4 +253,12 @@ def test_nodes_that_never_answer_fail_the_run_naming_them_and_leave_nothing(dock
                  "--results-dir", str(tmp_path / "results")]) == 255
     err = capsys.readouterr().err
     assert "the nodes did not all answer Kafka ApiVersions and Metadata within 3 s: silent: " in err, err
+    assert project_objects_of(client, os.getpid()) == []
+
+    # A project Compose cannot bring up (an image nobody has): its own words, nothing left.
+    compose.write_text("version: '2.4'\nservices:\n  kafka:\n    image: logquake-no-such-image:1\n")
+    assert main(["--docker-compose", str(compose), "--nodes", "kafka", "--time-limit", "5",
+                 "--results-dir", str(tmp_path / "results")]) == 255
+    err = capsys.readouterr().err
+    assert f"docker-compose up of {compose} failed" in err and "logquake-no-such-image:1" in err, err
     assert project_objects_of(client, os.getpid()) == []

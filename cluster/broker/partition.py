@@ -30,7 +30,7 @@ from cluster.broker.producer_state import ProducerStateTable
 from cluster.metadata.image import PartitionState
 from cluster.protocol.records import build_control_batch, read_control_marker
 from cluster.storage.batch import BatchHeader, restamp, split_batches
-from cluster.storage.log import PartitionLog
+from cluster.storage.log import PartitionLog, RecoveryReport
 from cluster.storage.txn_index import AbortedTxn
 
 log = logging.getLogger(__name__)
@@ -39,6 +39,13 @@ LEADER = "leader"
 FOLLOWER = "follower"
 NONE = "none"
 OFFLINE = "offline"  # its log directory failed (log_dir.py): KAFKA_STORAGE_ERROR until the broker restarts
+
+
+def _report_state_recovery(tp: object, recovery: RecoveryReport) -> None:
+    """Where the producer state came from on open, and which transaction files were rebuilt."""
+    rebuilt = "".join(f"; {r}" for r in recovery.rebuilt if ".txnindex" in r or ".snapshot" in r)
+    source = "no snapshot" if recovery.snapshot_offset is None else f"the snapshot at {recovery.snapshot_offset}"
+    log.info("%s: producer state from %s, %d batches replayed%s", tp, source, recovery.state_batches, rebuilt)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +120,7 @@ class Partition:
         else:
             self.producers = ProducerStateTable()
             log.attach_state(self.producers)
+            _report_state_recovery(tp, log.recovery)
         # A restarted replica knows only its last checkpointed HWM to be committed (a crash
         # may have lost some of the log since: never past the log end); it learns the rest
         # from its leader, or as leader from its followers' fetches.

@@ -250,3 +250,29 @@ def test_a_log_without_state_writes_no_transaction_files() -> None:
     log.close()
     assert not [n for n in disk.listdir(DIR) if n.endswith((".txnindex", ".snapshot"))]
     assert log.aborted_txns() == []
+
+
+def test_truncation_deletes_the_snapshots_past_the_cut_before_new_appends() -> None:
+    """A snapshot past a truncation describes batches that new appends replace: were it
+    kept, a crash after re-appending past its offset would restore it."""
+    disk = MemoryDisk()
+    log = open_log(disk, DIR)
+    writer = Writer(log)
+    writer.data(1)
+    writer.data(2)
+    log.roll(now_ms=0)
+    rolled_at = log.log_end_offset
+    writer.marker(2, committed=False)
+    writer.data(2)
+    log.truncate_to(1)  # 2's transaction and everything after it are gone
+    assert rolled_at not in SnapshotFiles(disk, DIR).offsets()
+    writer.plain()
+    writer.plain()
+    writer.data(3)
+    writer.marker(1, committed=False)  # past the old snapshot's offset, in the same segment
+    log.flush()
+    disk.crash()
+    reopened = open_log(disk, DIR)
+    assert reopened.log_end_offset == 5
+    assert table(reopened).entry(2) is None
+    _assert_matches_oracle(reopened)

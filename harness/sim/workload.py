@@ -2,8 +2,8 @@
 that run on the simulation's event loop.
 
 The queue workload (`workloads/clients/aiokafka_queue`; with `txn=true`,
-`workloads/clients/aiokafka_txn`, every op one transaction). Others are refused with the
-reason.
+`workloads/clients/aiokafka_txn`, every op one transaction) and the eos workload
+(`workloads/clients/aiokafka_eos`). Others are refused with the reason.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 from harness.generator import Generator
 from harness.spec import RunSpec
 
-SIMULATED_WORKLOADS = ("queue",)
+SIMULATED_WORKLOADS = ("queue", "eos")
 
 
 class NotSimulated(ValueError):
@@ -40,6 +40,8 @@ def check_simulated(spec: RunSpec) -> None:
                            f"{', '.join(SIMULATED_WORKLOADS)}")
     from workloads.clients.aiokafka_config import UnsupportedClientSetting
 
+    if spec.workload == "eos":
+        import workloads.clients.aiokafka_eos  # noqa: F401  # imported before the simulation points aiokafka's names at it
     try:
         _settings(spec)
     except UnsupportedClientSetting as exc:
@@ -51,7 +53,7 @@ def _settings(spec: RunSpec) -> Any:
     from workloads.clients.aiokafka_config import aiokafka_settings
     from workloads.queue import QueueOptions
 
-    if QueueOptions(dict(spec.workload_options), spec.brokers).txn:
+    if spec.workload == "eos" or QueueOptions(dict(spec.workload_options), spec.brokers).txn:
         from workloads.clients.aiokafka_txn import txn_settings
 
         return txn_settings(spec.client_config, spec.client_config_overrides)
@@ -62,6 +64,8 @@ def build(spec: RunSpec, bootstrap_servers: str, wall_ms: Callable[[], int]) -> 
     """The queue workload with aiokafka clients. Its generators are the real workload's
     (`workloads.queue.build`), whose confluent-kafka clients are never opened here."""
     check_simulated(spec)
+    if spec.workload == "eos":
+        return _build_eos(spec, bootstrap_servers, wall_ms)
     from workloads import queue
     from workloads.clients.aiokafka_queue import AioTopicCreator, AiokafkaQueueClient
     from workloads.clients.confluent import KeyMap
@@ -86,6 +90,39 @@ def build(spec: RunSpec, bootstrap_servers: str, wall_ms: Callable[[], int]) -> 
 
     async def setup() -> None:
         await topics.ensure(keys.topic(k) for k in range(opts.key_count))
+
+    return SimWorkload(generator=real.generator, final_generator=real.final_generator, open_client=open_client,
+                       setup=setup, close=topics.close, topics=real.topics, client_settings=settings.describe())
+
+
+def _build_eos(spec: RunSpec, bootstrap_servers: str, wall_ms: Callable[[], int]) -> SimWorkload:
+    """The eos workload with aiokafka copiers, producers and verifier; its generators are the
+    real workload's (`workloads.eos.build`), whose confluent-kafka clients are never opened."""
+    import itertools
+
+    from workloads import eos
+    from workloads.clients.aiokafka_eos import AiokafkaEosClient
+    from workloads.clients.aiokafka_queue import AioTopicCreator
+    from workloads.clients.eos import EosKeys
+    from workloads.topic_settings import requested_topic_config
+
+    opts = eos.EosOptions(dict(spec.workload_options), spec.brokers, spec.concurrency)
+    settings = _settings(spec)
+    real = eos.build(spec, bootstrap_servers)
+    keys = EosKeys(opts.input_topic, opts.output_topic, opts.partitions)
+    topics = AioTopicCreator(bootstrap_servers, settings, opts.partitions, opts.replication_factor,
+                             topic_config=requested_topic_config(spec))
+    copy_ids = itertools.count(1)  # one count per run: every run of a hunt numbers its copies alike
+
+    def open_client(process: int | str) -> AiokafkaEosClient:
+        thread = int(process) % spec.concurrency
+        return AiokafkaEosClient(process=process, bootstrap_servers=bootstrap_servers, settings=settings, keys=keys,
+                                 topics=topics, wall_ms=wall_ms, default_poll_ms=opts.poll_ms, batch_size=opts.batch_size,
+                                 copy_ids=copy_ids,
+                                 transactional_id=f"{eos.TXN_ID_PREFIX}-{thread}" if opts.txn else None)
+
+    async def setup() -> None:
+        await topics.ensure(list(opts.topics))
 
     return SimWorkload(generator=real.generator, final_generator=real.final_generator, open_client=open_client,
                        setup=setup, close=topics.close, topics=real.topics, client_settings=settings.describe())

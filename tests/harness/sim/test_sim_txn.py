@@ -37,6 +37,7 @@ def _ops(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow  # a simulated run and its check: 20-100 s on the shared machine
 def test_a_seeded_simulated_transactional_run_through_kills_pauses_and_partitions_is_valid(tmp_path: Path) -> None:
     code, run_dir = _run(tmp_path, *FAULTS, "--seed", "3")
     results = json.loads((run_dir / "results.json").read_text())

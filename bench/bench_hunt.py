@@ -10,9 +10,13 @@ printed at the start and the end: the machine is shared, and a run's wall time f
 
     python -m bench.bench_hunt                     # every switch, seeds 1-5
     python -m bench.bench_hunt --switch log.crash.lose.unflushed --seeds 3 --budget 120
+    python -m bench.bench_hunt --switch unclean.leader.election.enable --safe-examples 20
 
 The switches and their hunts are in harness/hunt_switches.py (which says why the others
-are not there).
+are not there): SWITCH_HUNTS stop at an invalid verdict; FIND_HUNTS (`--find`) at a run
+showing an acknowledged loss the claims allow (exit 3). `--safe-examples N` also runs, per
+seed, the same search on the safe cluster for N runs and prints whether it found anything
+(it should not).
 """
 
 from __future__ import annotations
@@ -28,7 +32,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness.hunt_switches import SWITCH_HUNTS as SWITCHES
+from harness.hunt_switches import FIND_HUNTS, SWITCH_HUNTS, safe_find_hunt, without_switch
+
+SWITCHES = {**SWITCH_HUNTS, **FIND_HUNTS}
+
+
+def safe_hunt(switch: str) -> list[str]:
+    return safe_find_hunt(switch) if switch in FIND_HUNTS else without_switch(SWITCH_HUNTS[switch])
 
 
 def load() -> str:
@@ -36,10 +46,19 @@ def load() -> str:
 
 
 def hunt_once(switch: str, seed: int, budget_s: float, max_shrinks: int | None) -> dict:
+    return run_hunt(SWITCHES[switch], seed, budget_s, max_shrinks)
+
+
+def safe_once(switch: str, seed: int, budget_s: float, examples: int) -> dict:
+    """The same search on the safe cluster, `examples` runs: exit 0 and nothing found is the pass."""
+    return run_hunt([*safe_hunt(switch), "--max-examples", str(examples)], seed, budget_s, None)
+
+
+def run_hunt(hunt_argv: list[str], seed: int, budget_s: float, max_shrinks: int | None) -> dict:
     from harness.cli import main
 
     with tempfile.TemporaryDirectory(prefix="bench-hunt-") as root:
-        argv = ["hunt", *SWITCHES[switch], "--seed", str(seed), "--budget", f"{budget_s:g}", "--no-database",
+        argv = ["hunt", *hunt_argv, "--seed", str(seed), "--budget", f"{budget_s:g}", "--no-database",
                 "--results-dir", root]
         if max_shrinks is not None:
             argv += ["--max-shrinks", str(max_shrinks)]
@@ -56,7 +75,8 @@ def hunt_once(switch: str, seed: int, budget_s: float, max_shrinks: int | None) 
         return {"seed": seed, "code": code, "found": True, "first_failure_s": info["first_failure_s"],
                 "search_and_shrink_s": info["search_and_shrink_s"], "examples": info["examples"],
                 "first_failure_example": info["first_failure_example"], "wall_s": wall_s,
-                "minimal": info["faults"], "replay_verdict": info["replay_verdict"]}
+                "minimal": info["faults"], "replay_verdict": info["replay_verdict"],
+                "replay_found": info.get("replay_found")}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,9 +85,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=5, help="seeds 1..N per switch (default 5)")
     parser.add_argument("--budget", type=float, default=120.0, help="each hunt's wall budget, s (default 120)")
     parser.add_argument("--max-shrinks", type=int, default=None, help="cap the shrink by runs (default: the budget)")
+    parser.add_argument("--safe-examples", type=int, default=0,
+                        help="per seed, also run the same search on the safe cluster for N runs (default 0: not)")
     args = parser.parse_args(argv)
     print(f"load average at start: {load()}", flush=True)
     from checkers.spark import make_spark
+    from harness.hunt import describe_fault as describe
+    from logquake.strategies import Fault
 
     started = time.monotonic()
     make_spark()
@@ -78,15 +102,21 @@ def main(argv: list[str] | None = None) -> int:
             row = hunt_once(switch, seed, args.budget, args.max_shrinks)
             rows.append(row)
             if row["found"]:
-                minimal = "; ".join(f"{f['kind']}[{f['targets'] if isinstance(f['targets'], str) else ','.join(map(str, f['targets']))}] "
-                                    f"{f['start_s']:g}+{f['duration_s']:g}s" for f in row["minimal"])
+                minimal = "; ".join(describe(Fault.from_json(f)) for f in row["minimal"])
+                replay = "invalid" if row["replay_verdict"] is False else row["replay_verdict"]
+                if row.get("replay_found"):
+                    replay = (f"{'valid' if row['replay_verdict'] is True else replay} showing "
+                              + ", ".join(f"{n} ({'allowed' if ok else 'not allowed'})" for n, ok in sorted(row["replay_found"].items())))
                 print(f"{switch} seed {seed}: found after {row['first_failure_s']:.1f} s (run {row['first_failure_example']}), "
-                      f"found and shrunk in {row['search_and_shrink_s']:.1f} s ({row['examples']} runs), replay "
-                      f"{'invalid' if row['replay_verdict'] is False else row['replay_verdict']}; minimal: {minimal}; "
-                      f"load {load()}", flush=True)
+                      f"found and shrunk in {row['search_and_shrink_s']:.1f} s ({row['examples']} runs), exit {row['code']}, "
+                      f"replay {replay}; minimal: {minimal}; load {load()}", flush=True)
             else:
                 print(f"{switch} seed {seed}: NOT found within {args.budget:g} s ({row['examples']} runs, exit "
                       f"{row['code']}); load {load()}", flush=True)
+            if args.safe_examples:
+                safe = safe_once(switch, seed, args.budget, args.safe_examples)
+                print(f"{switch} seed {seed}, safe cluster: {'FOUND' if safe['found'] else 'nothing found'} in "
+                      f"{safe['examples']} runs, {safe['wall_s']:.1f} s, exit {safe['code']}; load {load()}", flush=True)
         found = [r for r in rows if r["found"]]
         if found:
             print(f"{switch}: found {len(found)}/{len(rows)}; median to first failure "

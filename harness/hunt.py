@@ -16,6 +16,14 @@ time; `--max-examples` bounds it by count instead).
 Exit codes as `logquake test`: 1 a failure found (and replayed invalid), 0 the budget spent
 with none, 2 the replay's verdict unknown or valid (not reproduced), 254 bad arguments, 255 a
 harness error.
+
+`--find ANOMALY[,ANOMALY]` hunts for a run whose results show one of those anomalies
+(checkers.claims.VIOLATES names them: lost-write, unseen, ...) whether the run's claims allow
+it or not, e.g. the losses Kafka documents under unclean leader election: the search, the
+shrink and the replay all keep that predicate. Its exit codes: 3 (EXIT_FOUND_ALLOWED) the
+replay shows a sought anomaly and the claims allow every anomaly of the run (valid: a
+documented loss, not a bug), 1 the replay shows one and the verdict is invalid, 0 none found,
+2 the replay does not show one (not reproduced) or its verdict is unknown.
 """
 
 from __future__ import annotations
@@ -39,6 +47,8 @@ from harness.cli import EXIT_BAD_ARGUMENTS, EXIT_HARNESS_ERROR
 
 PROG = "logquake hunt"
 EXIT_UNKNOWN = 2
+# --find: the sought anomaly was found and the run's claims allow it (a valid verdict).
+EXIT_FOUND_ALLOWED = 3
 DB_DIR = "hunt-db"
 SCRATCH_DIR = "hunt-scratch"
 DEFAULT_BUDGET_S = 600.0
@@ -66,11 +76,17 @@ def register(subparsers: Any) -> None:
                    help=f"most schedules to draw (default {DEFAULT_MAX_EXAMPLES}); with a budget that is not reached, "
                         "a seed gives the same hunt")
     p.add_argument("--max-faults", type=int, default=4, metavar="N", help="most faults in a schedule (default 4)")
+    p.add_argument("--max-fault-targets", default=None, metavar="KIND=N[,KIND=N]",
+                   help="most brokers one fault of KIND takes (kill, pause, clock, disk), e.g. kill=1: one broker "
+                        "down at a time (default: any)")
     p.add_argument("--max-fault-duration", type=float, default=None, metavar="S",
                    help="longest fault in simulated seconds (default: the time limit)")
     p.add_argument("--max-shrinks", type=int, default=None, metavar="N",
                    help="most runs spent shrinking after the first failure (default: as many as the budget allows); "
                         "a count, unlike the budget, keeps a seeded hunt deterministic")
+    p.add_argument("--find", default=None, metavar="ANOMALY[,ANOMALY]",
+                   help="stop at the first run whose results show one of these anomalies (e.g. lost-write), "
+                        f"allowed by its claims or not; exit {EXIT_FOUND_ALLOWED} when found and allowed")
     p.add_argument("--no-database", action="store_true",
                    help=f"neither replay nor store failures in <results>/{DB_DIR}")
     p.set_defaults(handler=handle, sim=True, test_count=1, junit_xml=None, bootstrap_servers=None, toxiproxy_url=None,
@@ -99,8 +115,10 @@ class Hunt:
     schedule, so Hypothesis's final replay of the minimal example never re-runs it."""
 
     def __init__(self, spec: Any, scratch: Path, deadline_s: float, out: Any = None,
-                 max_shrinks: int | None = None) -> None:
+                 max_shrinks: int | None = None, find: frozenset[str] | None = None) -> None:
         self.spec = spec
+        # None: hunt for an invalid verdict; else for a run showing one of these anomalies.
+        self.find = find
         self.scratch = scratch
         self.deadline_s = deadline_s
         self.max_shrinks = max_shrinks
@@ -122,7 +140,8 @@ class Hunt:
         return json.dumps(ops(schedule, self.spec.brokers, self.spec.time_limit_s), sort_keys=True)
 
     def fails(self, schedule: tuple) -> bool:
-        """True when the simulated run with this schedule is checked invalid."""
+        """True when the simulated run with this schedule is checked invalid (with `find`:
+        when its results show one of the sought anomalies, allowed or not)."""
         key = self.key(schedule)
         if key in self.verdicts:
             return self.verdicts[key] is False
@@ -172,6 +191,8 @@ class Hunt:
                 self._say(schedule, "check failed", started, detail=self.tally.last_error)
                 return None
             self.tally.check_wall_s += time.monotonic() - checked
+            if self.find is not None:
+                return self._sought(schedule, result, started)
             bad = sorted({a.name for a in result.anomalies if not a.allowed})
             self._say(schedule, {True: "valid", False: "INVALID"}.get(result.valid, str(result.valid)), started,
                       detail=", ".join(bad))
@@ -180,8 +201,23 @@ class Hunt:
             self.tally.example_wall_s += time.monotonic() - started
             shutil.rmtree(run.run_dir, ignore_errors=True)
 
+    def _sought(self, schedule: tuple, result: Any, started: float) -> bool | None:
+        """--find's verdict of a checked run, as `valid` is read without it: False when it
+        shows a sought anomaly (the search stops), True when not, None when its verdict is
+        unknown and it shows none (the checkers could not judge all of it)."""
+        seen = sought_anomalies(result.anomalies, self.find or frozenset())
+        if seen:
+            verdict = "FOUND"
+        else:
+            verdict = {True: "valid", False: "invalid"}.get(result.valid, str(result.valid))
+        self._say(schedule, verdict, started, detail=", ".join(f"{n} {'allowed' if ok else 'not allowed'}"
+                                                               for n, ok in sorted(seen.items())))
+        if seen:
+            return False
+        return None if result.valid not in (True, False) else True
+
     def _say(self, schedule: tuple, verdict: str, started: float, detail: str = "") -> None:
-        faults = "; ".join(_describe(f) for f in schedule)
+        faults = "; ".join(describe_fault(f) for f in schedule)
         print(f"{PROG}: #{self.tally.examples} {verdict} in {time.monotonic() - started:.1f} s: {faults}"
               + (f" ({detail})" if detail else ""), file=self.out, flush=True)
 
@@ -200,10 +236,60 @@ def _quiet_asyncio() -> Iterator[None]:
         log.setLevel(level)
 
 
-def _describe(fault: Any) -> str:
-    targets = fault.targets if isinstance(fault.targets, str) else ",".join(map(str, fault.targets))
-    clock = f" {fault.delta_ms:+d} ms" if fault.kind == "clock" else ""
-    return f"{fault.kind}[{targets}]{clock} {fault.start_s:g}+{fault.duration_s:g}s"
+def sought_anomalies(anomalies: Any, find: frozenset[str]) -> dict[str, bool]:
+    """{name: allowed} of the anomalies among `find` (Anomaly objects or results.json dicts)."""
+    seen: dict[str, bool] = {}
+    for a in anomalies:
+        name, allowed = (a["name"], a["allowed"]) if isinstance(a, dict) else (a.name, a.allowed)
+        if name in find:
+            seen[name] = seen.get(name, True) and bool(allowed)
+    return seen
+
+
+def parse_max_targets(text: str | None) -> dict[str, int] | None:
+    """--max-fault-targets KIND=N[,KIND=N] (BadArgument naming the bad item)."""
+    from harness.testcmd import BadArgument
+
+    if text is None:
+        return None
+    bounds: dict[str, int] = {}
+    for item in (i.strip() for i in text.split(",") if i.strip()):
+        kind, sep, count = item.partition("=")
+        if not sep or not count.strip().isdigit():
+            raise BadArgument(f"--max-fault-targets {item!r}: expected KIND=N, e.g. kill=1")
+        bounds[kind.strip()] = int(count)
+    return bounds
+
+
+def parse_find(text: str | None) -> frozenset[str] | None:
+    """--find's anomaly names, checked against the checkers' (BadArgument names the unknown)."""
+    from checkers.claims import VIOLATES
+    from harness.testcmd import BadArgument
+
+    if text is None:
+        return None
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise BadArgument("--find: name the anomalies to hunt for, e.g. --find lost-write,unseen")
+    unknown = [n for n in names if n not in VIOLATES]
+    if unknown:
+        raise BadArgument(f"--find {','.join(unknown)}: not an anomaly the checkers report; known: "
+                          f"{', '.join(sorted(VIOLATES))}")
+    return frozenset(names)
+
+
+def describe_fault(fault: Any) -> str:
+    """kill[0,1] 1+2s; clock[2] +1500 ms 0+1s; link-delay[0>1,client>0] delay_ms=8,jitter_ms=0 1+2s;
+    disk[1] slow-fsync delay_ms=64 0+1s."""
+    if isinstance(fault.targets, str):
+        targets = fault.targets
+    else:
+        targets = ",".join(">".join(map(str, t)) if isinstance(t, tuple) else str(t) for t in fault.targets)
+    how = f" {fault.delta_ms:+d} ms" if fault.kind == "clock" else ""
+    how += f" {fault.variant}" if getattr(fault, "variant", "") else ""
+    params = getattr(fault, "params", ())
+    how += " " + ",".join(f"{k}={v:g}" for k, v in params) if params else ""
+    return f"{fault.kind}[{targets}]{how} {fault.start_s:g}+{fault.duration_s:g}s"
 
 
 def database_key(spec: Any, kinds: list[str], args: argparse.Namespace) -> bytes:
@@ -214,6 +300,12 @@ def database_key(spec: Any, kinds: list[str], args: argparse.Namespace) -> bytes
                            "kinds": kinds, "time_limit_s": spec.time_limit_s, "max_faults": args.max_faults,
                            "max_fault_duration": args.max_fault_duration, "rate_hz": spec.rate_hz,
                            "concurrency": spec.concurrency}, sort_keys=True, default=str)
+    if getattr(args, "max_targets", None):
+        material += json.dumps({"max_targets": args.max_targets}, sort_keys=True)
+    find = getattr(args, "find_names", None)
+    if find:
+        # Another predicate, other stored examples (a hunt without --find keeps its old key).
+        material += json.dumps({"find": sorted(find)})
     return b"logquake-hunt:" + hashlib.sha256(material.encode()).hexdigest().encode()
 
 
@@ -267,13 +359,16 @@ def handle(args: argparse.Namespace) -> int:
             raise BadArgument("logquake hunt needs Hypothesis (pip install hypothesis)") from None
         from logquake.strategies import KINDS, fault_schedules
 
+        args.find_names = parse_find(args.find)
+
         unknown = [k for k in kinds if k not in KINDS]
         if unknown:
             raise BadArgument(f"--nemesis {','.join(unknown)}: the hunt draws schedules of {', '.join(KINDS)} only")
         spec = build_spec(args, seed)
         try:
+            args.max_targets = parse_max_targets(args.max_fault_targets)
             strategy = fault_schedules(spec.brokers, spec.time_limit_s, kinds, max_faults=args.max_faults,
-                                       max_duration_s=args.max_fault_duration)
+                                       max_duration_s=args.max_fault_duration, max_targets=args.max_targets)
         except ValueError as exc:
             raise BadArgument(str(exc)) from None
     except BadArgument as exc:
@@ -289,9 +384,11 @@ def handle(args: argparse.Namespace) -> int:
     scratch = Path(tempfile.mkdtemp(prefix="hunt-", dir=results / SCRATCH_DIR))
     name = f"hunt-{args.workload}-{'-'.join(kinds)}"
     example_spec = replace(spec, name=name, command=f"(a {PROG} example; seed {seed})")
-    hunt = Hunt(example_spec, scratch, time.monotonic() + args.budget, max_shrinks=args.max_shrinks)
+    find = args.find_names
+    hunt = Hunt(example_spec, scratch, time.monotonic() + args.budget, max_shrinks=args.max_shrinks, find=find)
     print(f"{PROG}: seed {seed}; budget {args.budget:g} s, at most {args.max_examples} schedules of "
-          f"{', '.join(kinds)} on {spec.brokers} brokers over {spec.time_limit_s:g} simulated s", flush=True)
+          f"{', '.join(kinds)} on {spec.brokers} brokers over {spec.time_limit_s:g} simulated s"
+          + (f"; looking for {', '.join(sorted(find))}, allowed or not" if find else ""), flush=True)
     try:
         minimal = search(hunt, strategy, seed, database, database_key(spec, kinds, args), args.max_examples)
     except Exception as exc:
@@ -312,10 +409,12 @@ def handle(args: argparse.Namespace) -> int:
         if tally.errors and tally.errors == tally.examples:
             print(f"{PROG}: every run failed: {tally.last_error}", file=sys.stderr)
             return EXIT_HARNESS_ERROR
-        print(f"{PROG}: no failure found: {summary}", flush=True)
+        print(f"{PROG}: no {'run showing ' + ', '.join(sorted(find)) if find else 'failure'} found: {summary}",
+              flush=True)
         return 0
-    print(f"{PROG}: failure found after {tally.first_failure_s:.1f} s, shrunk to {len(minimal)} fault(s) by "
-          f"{elapsed_s:.1f} s: {'; '.join(_describe(f) for f in minimal)}", flush=True)
+    what = f"a run showing {', '.join(sorted(find))}" if find else "failure"
+    print(f"{PROG}: {what} found after {tally.first_failure_s:.1f} s, shrunk to {len(minimal)} fault(s) by "
+          f"{elapsed_s:.1f} s: {'; '.join(describe_fault(f) for f in minimal)}", flush=True)
     return replay(args, spec, seed, kinds, minimal, tally, summary)
 
 
@@ -348,6 +447,8 @@ def replay(args: argparse.Namespace, spec: Any, seed: int, kinds: list[str], min
     if run_dir is not None and (run_dir / SCHEDULE_FILE).exists():
         test_args.fault_schedule = str(run_dir / SCHEDULE_FILE)
     command = shlex.join(["logquake", "test", *test_argv(test_args, seed, test_args.name)])
+    find = getattr(args, "find_names", None)
+    seen = _replay_anomalies(run_dir, find) if find else {}
     first = tally.first_failure or ()
     info = {"seed": seed, "search_and_shrink_s": round(tally.search_wall_s, 3), "summary": summary,
             "examples": tally.examples, "first_failure_s": tally.first_failure_s,
@@ -355,8 +456,13 @@ def replay(args: argparse.Namespace, spec: Any, seed: int, kinds: list[str], min
             "check_wall_s": round(tally.check_wall_s, 3), "replay_verdict": valid,
             "replay_exit_code": code, "run_dir": str(run_dir) if run_dir else None, "replay_command": command,
             "faults": [f.as_json() for f in minimal]}
+    if find:
+        info["find"] = sorted(find)
+        info["replay_found"] = seen  # {anomaly: allowed by the run's claims}
     (hunt_dir / "hunt.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     print(f"{PROG}: {summary}; minimal run in {run_dir}", flush=True)
+    if find:
+        return _found_exit(command, code, valid, seen, find)
     print(f"{PROG}: replay the minimal failure with: {command}", flush=True)
     if valid is True:
         # A seeded simulation replays exactly, so this is a bug of ours, not a finding: the
@@ -364,6 +470,37 @@ def replay(args: argparse.Namespace, spec: Any, seed: int, kinds: list[str], min
         print(f"{PROG}: the replay of the minimal schedule was valid: the failure did not reproduce", file=sys.stderr)
         return EXIT_UNKNOWN
     return code
+
+
+def _replay_anomalies(run_dir: Path | None, find: frozenset[str]) -> dict[str, bool]:
+    """{sought anomaly: allowed} in the replay run's results.json (empty when it has none)."""
+    from harness import store
+
+    try:
+        results = json.loads((run_dir / store.RESULTS_FILE).read_text(encoding="utf-8")) if run_dir else {}
+    except (OSError, ValueError):
+        return {}
+    return sought_anomalies(results.get("anomalies") or [], find)
+
+
+def _found_exit(command: str, code: int, valid: Any, seen: dict[str, bool], find: frozenset[str]) -> int:
+    """--find's last lines and exit code (the module docstring lists them)."""
+    if not seen:
+        print(f"{PROG}: replay the minimal run with: {command}", flush=True)
+        print(f"{PROG}: the replay of the minimal schedule shows none of {', '.join(sorted(find))}: "
+              "the finding did not reproduce", file=sys.stderr)
+        return EXIT_UNKNOWN
+    names = ", ".join(f"{n} ({'allowed' if ok else 'not allowed'} by the run's claims)" for n, ok in sorted(seen.items()))
+    print(f"{PROG}: replay the minimal run showing {', '.join(sorted(seen))} with: {command}", flush=True)
+    if valid is True:
+        print(f"{PROG}: found {names}; the verdict is valid: the claims allow it (exit {EXIT_FOUND_ALLOWED})",
+              flush=True)
+        return EXIT_FOUND_ALLOWED
+    if valid is False:
+        print(f"{PROG}: found {names}; the verdict is invalid (exit 1)", flush=True)
+        return 1
+    print(f"{PROG}: found {names}; the verdict is {valid} (exit {EXIT_UNKNOWN})", flush=True)
+    return code if code not in (0, EXIT_FOUND_ALLOWED) else EXIT_UNKNOWN
 
 
 def _latest_run(results: Path, name: str) -> Path | None:

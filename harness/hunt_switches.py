@@ -58,3 +58,53 @@ def without_switch(argv: list[str]) -> list[str]:
             continue
         out.append(item)
     return out
+
+
+# Hunts for a loss Kafka documents, which the claims allow (`logquake hunt --find`): with the
+# switch on, the hunt stops at the first run showing an acknowledged write lost (lost-write or
+# unseen: the write is gone; inconsistent-offsets: its offset now holds another record), allowed
+# (exit 3); on the safe cluster (`safe_find_hunt`: the switch off, min ISR 2) the same search
+# finds none. bench/bench_hunt.py times them; tests/harness/test_hunt_find.py runs them (soak).
+LOSS_ANOMALIES = "lost-write,unseen,inconsistent-offsets"
+FIND_HUNTS: dict[str, list[str]] = {
+    # A kill of two brokers leaves the third the partitions' lone in-sync leader; a kill of it
+    # that restarts the other two lets unclean election make one of them leader without what
+    # the lone leader acknowledged. A 1-s session timeout fences the killed brokers promptly;
+    # at most two brokers down at once (kill=2), since killing all three shows nothing more.
+    "unclean.leader.election.enable": [
+        "--find", LOSS_ANOMALIES, "--nemesis", "kill", "--time-limit", "8", "--final-time-limit", "3",
+        "--quiet-period", "1", "--rate", "50", "--concurrency", "3", "--max-faults", "2", "--max-fault-targets", "kill=2",
+        "--cluster-config", "broker.session.timeout.ms=1000", "--cluster-config", "broker.heartbeat.interval.ms=250",
+        "--cluster-config", "unclean.leader.election.enable=true"],
+    # The same kills on a cluster whose killed brokers lose what they had not flushed: with
+    # min ISR 1 the lone in-sync leader acknowledges alone, and its kill loses that. Flushing
+    # every 80 ms (checked every 10) keeps what several replicas acknowledged safe across two
+    # kills 0.1 s apart (the schedules' step), so that with min ISR 2 no schedule of kills of at
+    # most two brokers loses it; 100 ops/s so that the lone leader's last 90 ms hold writes.
+    "min.insync.replicas": [
+        "--find", LOSS_ANOMALIES, "--nemesis", "kill", "--time-limit", "8", "--final-time-limit", "3",
+        "--quiet-period", "1", "--rate", "100", "--concurrency", "3", "--max-faults", "2", "--max-fault-targets", "kill=2",
+        "--cluster-config", "broker.session.timeout.ms=1000", "--cluster-config", "broker.heartbeat.interval.ms=250",
+        "--cluster-config", "log.crash.lose.unflushed=true", "--cluster-config", "log.flush.interval.ms=80",
+        "--cluster-config", "log.flush.scheduler.interval.ms=10", "--cluster-config", "min.insync.replicas=1"],
+}
+# The switch's setting on the safe cluster (None: left out).
+SAFE_SETTING: dict[str, str | None] = {"unclean.leader.election.enable": None, "min.insync.replicas": "2"}
+
+
+def safe_find_hunt(switch: str) -> list[str]:
+    """FIND_HUNTS[switch] on the safe cluster: the switch's setting left out or made safe."""
+    out: list[str] = []
+    argv = FIND_HUNTS[switch]
+    skip = False
+    for i, item in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if item == "--cluster-config" and i + 1 < len(argv) and argv[i + 1].split("=")[0] == switch:
+            skip = True
+            if SAFE_SETTING[switch] is not None:
+                out += [item, f"{switch}={SAFE_SETTING[switch]}"]
+            continue
+        out.append(item)
+    return out

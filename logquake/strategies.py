@@ -1,15 +1,22 @@
 """Hypothesis strategies for fault schedules of simulated runs (`logquake test --sim`).
 
 A schedule is a tuple of `Fault`s: which fault (`kind`, a nemesis package: kill, pause,
-partition, clock), on which brokers (`targets`: broker ids, or a live spec the package
-resolves when the fault starts: "primaries", "primary" for partitions), when (`start_s`,
-simulated seconds after the main phase starts) and for how long (`duration_s`). `ops()`
-turns it into the nemesis ops a simulated run performs (`--fault-schedule FILE` takes them
-as JSON, `schedule_json`).
+partition, clock, disk, link-delay, link-loss, link-duplicate, link-reorder), on which
+brokers (`targets`: broker ids, or a live spec the package resolves when the fault starts:
+"primaries", "primary" for partitions; for the link kinds, directed links between brokers,
+the controller and the client host, as nemeses.link_faults takes them), when (`start_s`,
+simulated seconds after the main phase starts) and for how long (`duration_s`), and how
+(`variant`: the disk fault, one of fsync-eio, disk-full, slow-fsync, torn-crash; `params`:
+a link fault's delay_ms, jitter_ms, loss, duplicate, reorder, a slow fsync's delay_ms, a
+torn crash's seed). `ops()` turns it into the nemesis ops a simulated run performs
+(`--fault-schedule FILE` takes them as JSON, `schedule_json`).
 
 The strategy is built to shrink well: Hypothesis deletes faults (fewer), lowers times and
 durations toward 0 (earlier, shorter, in steps of 0.1 s), and targets shrink toward the
-fewest brokers with the lowest ids, explicit ids before live specs. A user's own test::
+fewest brokers with the lowest ids, explicit ids before live specs; link targets toward one
+link, the first (0>1); link settings toward the smallest delay and probability; disk faults
+toward the first variant (fsync-eio), the shortest slow fsync and torn-crash seed 0. A
+user's own test::
 
     from hypothesis import given, settings
     import logquake
@@ -32,31 +39,67 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+# The link-fault packages (nemeses.link_faults.LINK_FAULT_NAMES) and the disk package's
+# faults (nemeses.base.DISK_KINDS), spelled out so that a user's strategy imports no nemeses
+# (tests/logquake/test_strategies.py checks they match).
+LINK_KINDS: tuple[str, ...] = ("link-delay", "link-loss", "link-duplicate", "link-reorder")
+DISK_VARIANTS: tuple[str, ...] = ("fsync-eio", "disk-full", "slow-fsync", "torn-crash")
+LINK_HOSTS: tuple[str, ...] = ("controller", "client")
 # The packages a schedule can name, and the ones whose targets are broker sets.
-NODE_KINDS: tuple[str, ...] = ("kill", "pause", "clock")
-KINDS: tuple[str, ...] = ("kill", "pause", "partition", "clock")
+NODE_KINDS: tuple[str, ...] = ("kill", "pause", "clock", "disk")
+KINDS: tuple[str, ...] = ("kill", "pause", "partition", "clock", "disk", *LINK_KINDS)
+# Each link kind's settings (LinkFault's fields): their names, and per name the integer range
+# drawn and the divisor that turns it into the value (probabilities are drawn in percent).
+LINK_PARAMS: dict[str, tuple[tuple[str, int, int, int], ...]] = {
+    "link-delay": (("delay_ms", 1, 512, 1), ("jitter_ms", 0, 512, 1)),
+    "link-loss": (("loss", 1, 100, 100),),
+    "link-duplicate": (("duplicate", 5, 100, 100),),
+    "link-reorder": (("delay_ms", 4, 256, 1), ("reorder", 10, 90, 100)),
+}
+SLOW_FSYNC_MS = (16, 512)
 NODE_LIVE_SPECS: tuple[str, ...] = ("primaries",)
 PARTITION_LIVE_SPECS: tuple[str, ...] = ("primary", "primaries")
 STEP_S = 0.1  # times and durations are whole tenths of a simulated second: they shrink in steps and print exactly
 MAX_CLOCK_DELTA_MS = 60_000
 
 
+Node = int | str
+Link = tuple[Node, Node]
+
+
 @dataclass(frozen=True)
 class Fault:
     """One fault: `kind` on `targets` from `start_s` for `duration_s` simulated seconds.
-    `delta_ms` is a clock fault's jump (0 for the other kinds)."""
+    `delta_ms` is a clock fault's jump (0 for the other kinds); `variant` a disk fault's kind
+    (DISK_VARIANTS, "" for the other kinds); `params` a link fault's settings, a slow fsync's
+    delay_ms or a torn crash's seed, as (name, value) pairs. A link fault's `targets` are
+    directed links (from, to) between broker ids, "controller" and "client"."""
 
     kind: str
-    targets: tuple[int, ...] | str
+    targets: tuple[int, ...] | tuple[Link, ...] | str
     start_s: float
     duration_s: float
     delta_ms: int = 0
+    variant: str = ""
+    params: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"fault kind {self.kind!r} is not one of {', '.join(KINDS)}")
         if self.start_s < 0 or self.duration_s < 0:
             raise ValueError(f"fault times must be non-negative, got start_s={self.start_s} duration_s={self.duration_s}")
+        # One spelling per fault (as JSON writes them back, sorted), so equal faults compare equal.
+        object.__setattr__(self, "params", tuple(sorted(self.params)))
+        if self.kind in LINK_KINDS:
+            self._check_link()
+            return
+        if self.kind == "disk":
+            if self.variant not in DISK_VARIANTS:
+                raise ValueError(f"a disk fault's variant {self.variant!r} is not one of {', '.join(DISK_VARIANTS)}")
+            if self.variant == "torn-crash" and (isinstance(self.targets, str) or len(self.targets) != 1):
+                raise ValueError(f"a torn-crash is the power loss of one broker, got targets {self.targets!r}")
+        elif self.variant or self.params:
+            raise ValueError(f"{self.kind} takes no variant or params, got {self.variant!r} {self.params!r}")
         if isinstance(self.targets, str):
             live = PARTITION_LIVE_SPECS if self.kind == "partition" else NODE_LIVE_SPECS
             if self.targets not in live:
@@ -64,12 +107,39 @@ class Fault:
         elif not self.targets:
             raise ValueError(f"{self.kind} needs at least one target broker")
 
+    def _check_link(self) -> None:
+        if isinstance(self.targets, str) or not self.targets:
+            raise ValueError(f"{self.kind} needs at least one link (from, to), got {self.targets!r}")
+        for link in self.targets:
+            if not isinstance(link, tuple) or len(link) != 2 or link[0] == link[1] or set(link) == set(LINK_HOSTS):
+                raise ValueError(f"{self.kind}: {link!r} is not a link between two nodes (client-controller carries nothing)")
+            for node in link:
+                if not (node in LINK_HOSTS or (isinstance(node, int) and not isinstance(node, bool) and node >= 0)):
+                    raise ValueError(f"{self.kind}: node {node!r} is not a broker id, 'controller' or 'client'")
+        names = {name for name, *_ in LINK_PARAMS[self.kind]}
+        given = dict(self.params)
+        if set(given) != names:
+            raise ValueError(f"{self.kind} needs params {', '.join(sorted(names))}, got {self.params!r}")
+
     @property
     def end_s(self) -> float:
         return round(self.start_s + self.duration_s, 6)
 
     def start_value(self, brokers: Sequence[int]) -> dict[str, Any]:
         """The value of this fault's start op, as the package takes it."""
+        if self.kind in LINK_KINDS:
+            missing = sorted({n for link in self.targets for n in link if isinstance(n, int) and n not in brokers})
+            if missing:
+                raise ValueError(f"{self.kind}: broker(s) {missing} are not among {list(brokers)}")
+            links = [list(link) for link in self.targets]
+            return {"target": "link" if len(links) == 1 else "subset", "links": links, "fault": dict(self.params)}
+        if self.kind == "disk":
+            nodes = None if isinstance(self.targets, str) else sorted(self.targets)
+            value: dict[str, Any] = {"kind": self.variant, "targets": self.targets if nodes is None else "nodes",
+                                     "nodes": nodes, **dict(self.params)}
+            if self.variant == "torn-crash":
+                value["corrupt"] = True
+            return value
         if self.kind == "partition":
             if isinstance(self.targets, str):
                 return {"topology": self.targets}
@@ -86,20 +156,39 @@ class Fault:
         return {"targets": spec, "nodes": nodes}
 
     def as_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"kind": self.kind, "targets": self.targets if isinstance(self.targets, str) else list(self.targets),
-                               "start_s": self.start_s, "duration_s": self.duration_s}
+        targets: Any = self.targets
+        if not isinstance(targets, str):
+            targets = [list(t) if isinstance(t, tuple) else t for t in targets]
+        out: dict[str, Any] = {"kind": self.kind, "targets": targets, "start_s": self.start_s, "duration_s": self.duration_s}
         if self.kind == "clock":
             out["delta_ms"] = self.delta_ms
+        if self.variant:
+            out["variant"] = self.variant
+        if self.params:
+            out["params"] = dict(self.params)
         return out
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> "Fault":
         try:
-            targets = raw["targets"]
-            return cls(kind=str(raw["kind"]), targets=targets if isinstance(targets, str) else tuple(int(t) for t in targets),
-                       start_s=float(raw["start_s"]), duration_s=float(raw["duration_s"]), delta_ms=int(raw.get("delta_ms", 0)))
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"a fault is {{'kind', 'targets', 'start_s', 'duration_s'[, 'delta_ms']}}, got {raw!r}") from exc
+            kind, targets = str(raw["kind"]), raw["targets"]
+            if isinstance(targets, str):
+                parsed: Any = targets
+            elif kind in LINK_KINDS:
+                parsed = tuple(tuple(_node(n) for n in link) for link in targets)
+            else:
+                parsed = tuple(int(t) for t in targets)
+            params = raw.get("params") or {}
+            return cls(kind=kind, targets=parsed, start_s=float(raw["start_s"]), duration_s=float(raw["duration_s"]),
+                       delta_ms=int(raw.get("delta_ms", 0)), variant=str(raw.get("variant", "")),
+                       params=tuple((str(k), v) for k, v in params.items()))
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"a fault is {{'kind', 'targets', 'start_s', 'duration_s'[, 'delta_ms', 'variant', "
+                             f"'params']}}, got {raw!r}") from exc
+
+
+def _node(raw: Any) -> Node:
+    return raw if isinstance(raw, str) else int(raw)
 
 
 def ops(schedule: Iterable[Fault], brokers: Sequence[int] | int, time_limit_s: float | None = None) -> list[dict[str, Any]]:
@@ -150,9 +239,69 @@ def _broker_sets(brokers: Sequence[int]) -> st.SearchStrategy[tuple[int, ...]]:
         lambda flags: tuple(b for b, on in zip(ids, flags) if on) or (ids[0],))
 
 
+def fault_links(brokers: Sequence[int]) -> list[Link]:
+    """Every directed link a link fault can take, in a fixed order: between brokers, and
+    between each broker and the controller and the client host (nemeses.link_faults)."""
+    nodes: list[Node] = [*sorted(brokers), *LINK_HOSTS]
+    return [(a, b) for a in nodes for b in nodes if a != b and {a, b} != set(LINK_HOSTS)]
+
+
+def _link_sets(brokers: Sequence[int]) -> st.SearchStrategy[tuple[Link, ...]]:
+    """One directed link; every link to and from one node; or any set of links (a flag per
+    link, shrinking off). Shrinks toward one link, the first."""
+    links = fault_links(brokers)
+    nodes: list[Node] = [*sorted(brokers), *LINK_HOSTS]
+    return st.one_of(
+        st.sampled_from(links).map(lambda link: (link,)),
+        st.sampled_from(nodes).map(lambda node: tuple(link for link in links if node in link)),
+        st.lists(st.booleans(), min_size=len(links), max_size=len(links)).map(
+            lambda flags: tuple(link for link, on in zip(links, flags) if on) or (links[0],)))
+
+
+def _link_params(kind: str) -> st.SearchStrategy[tuple[tuple[str, float], ...]]:
+    def value(n: int, divisor: int) -> float:
+        return float(n) if divisor == 1 else round(n / divisor, 2)
+
+    fields = [st.integers(lo, hi).map(lambda n, d=divisor: value(n, d)) for _, lo, hi, divisor in LINK_PARAMS[kind]]
+    names = [name for name, *_ in LINK_PARAMS[kind]]
+    return st.tuples(*fields).map(lambda values: tuple(zip(names, values)))
+
+
+def _disk_faults(broker_ids: list[int], node_sets: st.SearchStrategy[tuple[int, ...]], live_targets: bool,
+                 start: st.SearchStrategy[float], duration: st.SearchStrategy[float]) -> st.SearchStrategy[Fault]:
+    """Disk faults: the variant drawn first (shrinking toward fsync-eio), then what it needs.
+    One strategy, not a one_of per variant, which Hypothesis would flatten into the kinds'
+    one_of and so draw disk faults four times as often as any other kind."""
+    targets: st.SearchStrategy[Any] = node_sets
+    if live_targets:
+        targets = st.one_of(targets, st.sampled_from(NODE_LIVE_SPECS))
+    one_broker = st.sampled_from(broker_ids).map(lambda b: (b,))
+
+    @st.composite
+    def disk(draw: Any) -> Fault:
+        variant = draw(st.sampled_from(DISK_VARIANTS))
+        params: tuple = ()
+        if variant == "slow-fsync":
+            params = (("delay_ms", draw(st.integers(*SLOW_FSYNC_MS))),)
+        elif variant == "torn-crash":
+            params = (("seed", draw(st.integers(0, 2**32 - 1))),)
+        return Fault("disk", draw(one_broker if variant == "torn-crash" else targets), draw(start), draw(duration),
+                     variant=variant, params=params)
+
+    return disk()
+
+
+def _at_most(brokers: Sequence[int], max_targets: int) -> st.SearchStrategy[tuple[int, ...]]:
+    """Sets of 1..`max_targets` of `brokers`, shrinking toward fewer and lower ids."""
+    return st.lists(st.sampled_from(sorted(brokers)), min_size=1, max_size=max_targets, unique=True).map(
+        lambda ids: tuple(sorted(ids)))
+
+
 def faults(kind: str, brokers: Sequence[int] | int, time_limit_s: float, *, max_duration_s: float | None = None,
-           live_targets: bool = True) -> st.SearchStrategy[Fault]:
-    """One fault of `kind` within the main phase (`time_limit_s`)."""
+           live_targets: bool = True, max_targets: int | None = None) -> st.SearchStrategy[Fault]:
+    """One fault of `kind` within the main phase (`time_limit_s`). `max_targets` bounds the
+    brokers a kill, pause, clock or disk fault takes at once (and then leaves out the live
+    specs, which may name more)."""
     broker_ids = list(range(brokers)) if isinstance(brokers, int) else sorted(brokers)
     if kind not in KINDS:
         raise ValueError(f"fault kind {kind!r} is not one of {', '.join(KINDS)}")
@@ -160,6 +309,22 @@ def faults(kind: str, brokers: Sequence[int] | int, time_limit_s: float, *, max_
         raise ValueError("a fault schedule needs at least one broker")
     if time_limit_s <= 0:
         raise ValueError(f"time_limit_s must be positive, got {time_limit_s}")
+    if max_targets is not None:
+        if kind not in NODE_KINDS:
+            raise ValueError(f"max_targets bounds the brokers of {', '.join(NODE_KINDS)} faults, not {kind}")
+        if max_targets < 1:
+            raise ValueError(f"max_targets of {kind} must be at least 1, got {max_targets}")
+        if max_targets < len(broker_ids):
+            live_targets = False
+    longest = time_limit_s if max_duration_s is None else min(max_duration_s, time_limit_s)
+    start, duration = _tenths(time_limit_s - STEP_S), _tenths(longest, min_tenths=1)
+    if kind in LINK_KINDS:
+        return st.builds(Fault, kind=st.just(kind), targets=_link_sets(broker_ids), start_s=start, duration_s=duration,
+                         params=_link_params(kind))
+    node_sets = _broker_sets(broker_ids) if max_targets is None or max_targets >= len(broker_ids) \
+        else _at_most(broker_ids, max_targets)
+    if kind == "disk":
+        return _disk_faults(broker_ids, node_sets, live_targets, start, duration)
     if kind == "partition":
         if len(broker_ids) < 2:
             raise ValueError("a partition needs at least two brokers")
@@ -168,22 +333,23 @@ def faults(kind: str, brokers: Sequence[int] | int, time_limit_s: float, *, max_
         targets: st.SearchStrategy[Any] = _broker_sets(broker_ids[:-1])
         live = PARTITION_LIVE_SPECS
     else:
-        targets = _broker_sets(broker_ids)
+        targets = node_sets
         live = NODE_LIVE_SPECS
     if live_targets:
         targets = st.one_of(targets, st.sampled_from(live))
-    longest = time_limit_s if max_duration_s is None else min(max_duration_s, time_limit_s)
     delta = st.integers(-MAX_CLOCK_DELTA_MS, MAX_CLOCK_DELTA_MS) if kind == "clock" else st.just(0)
-    return st.builds(Fault, kind=st.just(kind), targets=targets,
-                     start_s=_tenths(time_limit_s - STEP_S), duration_s=_tenths(longest, min_tenths=1), delta_ms=delta)
+    return st.builds(Fault, kind=st.just(kind), targets=targets, start_s=start, duration_s=duration, delta_ms=delta)
 
 
 def fault_schedules(brokers: Sequence[int] | int = 3, time_limit_s: float = 60.0, kinds: Sequence[str] = ("kill", "partition"),
                     *, max_faults: int = 4, max_duration_s: float | None = None,
-                    live_targets: bool = True) -> st.SearchStrategy[tuple[Fault, ...]]:
+                    live_targets: bool = True,
+                    max_targets: Mapping[str, int] | None = None) -> st.SearchStrategy[tuple[Fault, ...]]:
     """Schedules of up to `max_faults` faults of `kinds` on `brokers` (a count or the ids),
     each starting within the main phase of `time_limit_s` simulated seconds. Shrinks to
-    fewer, earlier, shorter faults on fewer and lower brokers."""
+    fewer, earlier, shorter faults on fewer and lower brokers. `max_targets` bounds, per
+    kind, the brokers one fault takes ({"kill": 1}: one broker down at a time, since a kind
+    holds one fault at a time)."""
     kinds = tuple(kinds)
     if not kinds:
         raise ValueError("kinds: name at least one fault kind")
@@ -192,8 +358,12 @@ def fault_schedules(brokers: Sequence[int] | int = 3, time_limit_s: float = 60.0
         raise ValueError(f"fault kinds {', '.join(unknown)} have no strategy; known: {', '.join(KINDS)}")
     if max_faults < 1:
         raise ValueError(f"max_faults must be at least 1, got {max_faults}")
-    one = st.one_of(*(faults(k, brokers, time_limit_s, max_duration_s=max_duration_s, live_targets=live_targets)
-                      for k in kinds))
+    bounds = dict(max_targets or {})
+    stray = sorted(set(bounds) - set(kinds))
+    if stray:
+        raise ValueError(f"max_targets names {', '.join(stray)}, which is not among the kinds {', '.join(kinds)}")
+    one = st.one_of(*(faults(k, brokers, time_limit_s, max_duration_s=max_duration_s, live_targets=live_targets,
+                             max_targets=bounds.get(k)) for k in kinds))
     return st.lists(one, min_size=1, max_size=max_faults).map(tuple)
 
 

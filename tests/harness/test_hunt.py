@@ -82,7 +82,8 @@ def test_the_default_configuration_survives_the_same_search(tmp_path: Path, caps
 
 @pytest.mark.parametrize("args, says", [
     (["--nemesis", ""], "name the fault kinds"),
-    (["--nemesis", "latency"], "the hunt draws schedules of kill, pause, partition, clock only"),
+    (["--nemesis", "latency"], "the hunt draws schedules of kill, pause, partition, clock, disk, link-delay, link-loss, "
+                               "link-duplicate, link-reorder only"),
     (["--nemesis", "kill", "--budget", "0"], "--budget must be positive"),
     (["--nemesis", "kill", "--max-shrinks", "-1"], "--max-shrinks must be at least 0"),
     (["--nemesis", "kill", "--workload", "delivery"], "no simulated client"),

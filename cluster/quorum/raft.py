@@ -79,7 +79,6 @@ class _Progress:
     end_offset: int = -1  # fsynced end offset it last fetched from (-1: not yet)
     last_fetch_ns: int = _NEVER
     sent_high_watermark: int = -1
-    begin_acked: bool = False
     begin_resent_ns: int = _NEVER
 
 
@@ -154,7 +153,9 @@ class RaftQuorum:
         self._bytes_since_snapshot = 0
         self._last_snapshot_ns = 0
         self._delivering = False
-        self.transitions: list[Transition] = []
+        # The recent role changes (the observer sees every one); bounded for long-lived
+        # processes, whose isolated nodes pre-vote every few seconds.
+        self.transitions: deque[Transition] = deque(maxlen=10_000)
         self.snapshots_installed = 0  # from the leader, by FetchSnapshot
 
     # ---- MetadataQuorum ---------------------------------------------------------------------
@@ -572,7 +573,6 @@ class RaftQuorum:
                 if answer is not None and self._observe_epoch(int(answer.leader_epoch), int(answer.leader_id)):
                     return
                 if answer is not None and answer.error_code == ErrorCode.none:
-                    progress.begin_acked = True
                     return
             if progress.end_offset < 0 and attempt >= 0:  # it has not fetched in this epoch either: try again
                 delay = backoff_ms(attempt + 1, self.config.retry_backoff_ms, self.config.election_timeout_ms, self.rng)

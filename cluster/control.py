@@ -202,11 +202,28 @@ class ClusterControl:
     def broker_ids(self) -> list[int]:
         return [broker.broker_id for broker in self.cluster.brokers]
 
+    @property
+    def controller_ids(self) -> list[int]:
+        """The controllers' node ids (1000, ...): targets like brokers for kill, pause, clock
+        and partition when the nemeses' node_kinds include 'controller'."""
+        return [controller.broker_id for controller in getattr(self.cluster, "controllers", [])]
+
+    def nemesis_nodes(self, kinds: Iterable[str] = ("broker",)) -> list[int]:
+        """The node ids faults may pick among: brokers, controllers, or both."""
+        kinds = set(kinds)
+        return [*(self.broker_ids if "broker" in kinds else []), *(self.controller_ids if "controller" in kinds else [])]
+
+    def active_controller(self) -> int | None:
+        """The active controller's node id (None: none known now)."""
+        find = getattr(self.cluster, "active_controller", None)
+        return find() if find is not None else None
+
     def _broker(self, broker_id: int) -> BrokerHandle:
-        for broker in self.cluster.brokers:
+        for broker in [*self.cluster.brokers, *getattr(self.cluster, "controllers", [])]:
             if broker.broker_id == broker_id:
                 return broker
-        raise ControlError(f"no broker {broker_id!r}; brokers are {self.broker_ids}")
+        raise ControlError(f"no broker {broker_id!r}; brokers are {self.broker_ids}"
+                           + (f", controllers {self.controller_ids}" if self.controller_ids else ""))
 
     def host(self, broker_id: int) -> str:
         return self._broker(broker_id).host
@@ -220,6 +237,18 @@ class ClusterControl:
 
     def hosts(self) -> dict[int, str]:
         return {broker_id: self.host(broker_id) for broker_id in self.broker_ids}
+
+    def node_hosts(self) -> dict[int, str]:
+        """Every node's address: the brokers' and the controllers'."""
+        return {node_id: self.host(node_id) for node_id in [*self.broker_ids, *self.controller_ids]}
+
+    def controller_hosts(self) -> list[str]:
+        """Every controller's address (one for the single controller; none for a test double)."""
+        controllers = getattr(self.cluster, "controllers", None)
+        if controllers:
+            return [str(c.host) for c in controllers]
+        host = self.controller_host()
+        return [] if host is None else [host]
 
     def controller_host(self) -> str | None:
         """Address of the cluster's controller process (None when the cluster has none,

@@ -16,8 +16,9 @@ since every voter and broker is told `controller.quorum.voters` up front.
 
 Hooks for fault injection: `wrap_argv(node_id, argv)` wraps a node's command (e.g. to
 run it inside a network namespace) and `extra_env(node_id)` adds environment variables
-(e.g. LD_PRELOAD of libfaketime); both are applied to brokers only (the controller's clock
-and placement are not under test). Processes get PR_SET_PDEATHSIG=SIGKILL (unless
+(e.g. LD_PRELOAD of libfaketime); both are applied to brokers only (a single controller's
+clock and placement are not under test), and `extra_env` to the controllers too when there are
+several (clock faults reach the quorum). Processes get PR_SET_PDEATHSIG=SIGKILL (unless
 `die_with_parent=False`, for the detached CLI), so they die even if the test process is
 killed outright.
 
@@ -338,7 +339,8 @@ class LocalCluster:
         env = dict(os.environ)
         project_root = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = project_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        if self._extra_env and not is_controller:
+        # Several controllers are fault targets (clock skew among them); a single one is not.
+        if self._extra_env and (not is_controller or len(self.controllers) > 1):
             env.update(self._extra_env(broker_id))
         with open(broker.log_path, "ab") as log_file:
             popen_kwargs: dict[str, object] = dict(stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, env=env, cwd=project_root)

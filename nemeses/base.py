@@ -33,7 +33,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
 from cluster.control import ClusterControl
-from nemeses.targets import NODE_SPECS, PARTITION_TOPOLOGIES
+from nemeses.targets import CONTROLLER_SPECS, NODE_KINDS, NODE_SPECS, PARTITION_TOPOLOGIES
 
 # The report's fault-band colours (harness/report/faults.py), kept equal so a band drawn
 # from a package and one drawn from a history agree. They are stronger than Jepsen's pastel
@@ -95,6 +95,10 @@ class NemesisOptions:
     flaky_toxicity_percent: int = 50
     # The disk faults the disk package draws from (nemeses.disk documents them).
     disk_kinds: tuple[str, ...] = DISK_KINDS
+    # Which processes kill, pause, clock and partition pick among: the brokers (as before),
+    # the controllers (node ids 1000...), or both; with 'controller' a partition places the
+    # controllers in its shapes like any node instead of keeping them with the majority.
+    node_kinds: tuple[str, ...] = ("broker",)
 
     def __post_init__(self) -> None:
         for name in ("db_targets", "partition_targets", "clock_kinds"):
@@ -103,8 +107,8 @@ class NemesisOptions:
             object.__setattr__(self, name, tuple(getattr(self, name)))
         if self.primary_topics is not None:
             object.__setattr__(self, "primary_topics", tuple(self.primary_topics))
-        _check_choices("db_targets", self.db_targets, NODE_SPECS)
-        _check_choices("partition_targets", self.partition_targets, PARTITION_TOPOLOGIES)
+        _check_choices("db_targets", self.db_targets, NODE_SPECS + CONTROLLER_SPECS)
+        _check_choices("partition_targets", self.partition_targets, PARTITION_TOPOLOGIES + CONTROLLER_SPECS)
         _check_choices("clock_kinds", self.clock_kinds, ("bump", "strobe"))
         if not (isinstance(self.strobe_min_period_exponent, int) and 0 <= self.strobe_min_period_exponent < 10):
             raise NemesisError(f"strobe_min_period_exponent {self.strobe_min_period_exponent!r} must be an int in [0, 10)")
@@ -115,6 +119,8 @@ class NemesisOptions:
         check_link_options(self)
         object.__setattr__(self, "disk_kinds", tuple(self.disk_kinds))
         _check_choices("disk_kinds", self.disk_kinds, DISK_KINDS)
+        object.__setattr__(self, "node_kinds", tuple(self.node_kinds))
+        _check_choices("node_kinds", self.node_kinds, NODE_KINDS)
 
     @classmethod
     def from_object(cls, source: object) -> "NemesisOptions":
@@ -138,6 +144,7 @@ INT_OPTIONS: tuple[str, ...] = ("strobe_min_period_exponent",)
 LIST_OPTIONS += ("link_targets", "link_kinds", "flaky_kinds")
 INT_OPTIONS += ("latency_ms", "jitter_ms", "bandwidth_kb_per_s", "flaky_toxicity_percent")
 LIST_OPTIONS += ("disk_kinds",)
+LIST_OPTIONS += ("node_kinds",)
 SETTABLE_OPTIONS: tuple[str, ...] = LIST_OPTIONS + INT_OPTIONS
 
 
@@ -246,3 +253,11 @@ def live_primaries(control: ClusterControl, topics: Sequence[str] | None) -> tup
         leaders = {tp: leader for tp, leader in leaders.items() if not tp.topic.startswith("__")}
     seen = {f"{tp.topic}-{tp.partition}": leader for tp, leader in sorted(leaders.items())}
     return sorted(set(leaders.values())), {"leaders": seen}
+
+
+def fault_nodes(control: Any, options: NemesisOptions) -> list[int]:
+    """The nodes kill, pause, clock and partition pick among (options.node_kinds): brokers,
+    and the controllers when asked (a control without controllers gives brokers only)."""
+    if "controller" in options.node_kinds and hasattr(control, "nemesis_nodes"):
+        return list(control.nemesis_nodes(options.node_kinds))
+    return list(control.broker_ids)

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from cluster.control import ClusterControl, ControlError
-from nemeses.base import COLORS, NemesisError, NemesisOptions, alternate, live_primaries
+from nemeses.base import COLORS, NemesisError, NemesisOptions, alternate, fault_nodes, live_primaries
 from nemeses.targets import choose_nodes
 
 MAX_STROBE_DURATION_S = 32.0
@@ -78,7 +78,7 @@ class ClockPackage:
         self._lock = threading.Lock()
 
     def schedule(self, rng: random.Random) -> Iterator[dict]:
-        nodes = self.control.broker_ids
+        nodes = fault_nodes(self.control, self.options)
         lo = self.options.strobe_min_period_exponent
 
         def starts() -> Iterator[dict]:
@@ -106,6 +106,9 @@ class ClockPackage:
     def _nodes(self, value: dict) -> tuple[list[int], dict]:
         if value.get("nodes") is not None:
             return sorted(int(n) for n in value["nodes"]), {}
+        if value.get("targets") == "active-controller":
+            active = self.control.active_controller() if hasattr(self.control, "active_controller") else None
+            return ([active], {"active_controller": active}) if active is not None else ([], {"error": "no active controller known"})
         try:
             return live_primaries(self.control, self.options.primary_topics)
         except ControlError as error:
@@ -133,7 +136,7 @@ class ClockPackage:
             strobes, self._strobes = self._strobes, []
         for strobe in strobes:
             strobe.stop()
-        return {str(node): self.control.set_clock_offset(node, 0.0) for node in self.control.broker_ids}
+        return {str(node): self.control.set_clock_offset(node, 0.0) for node in fault_nodes(self.control, self.options)}
 
     def heal(self) -> None:
         self.reset()

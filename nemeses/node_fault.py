@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from cluster.control import ClusterControl, ControlError
-from nemeses.base import NemesisOptions, alternate, live_primaries
+from nemeses.base import NemesisOptions, alternate, fault_nodes, live_primaries
 from nemeses.targets import choose_nodes
 
 
@@ -26,7 +26,7 @@ class NodeFaultPackage(ABC):
 
     # -- schedule ----------------------------------------------------------------------
     def schedule(self, rng: random.Random) -> Iterator[dict]:
-        nodes = self.control.broker_ids
+        nodes = fault_nodes(self.control, self.options)
         targets = self.options.db_targets
 
         def starts() -> Iterator[dict]:
@@ -49,6 +49,9 @@ class NodeFaultPackage(ABC):
             raise ValueError(f"start-{self.name} needs a value like {{'targets': 'one', 'nodes': [0]}}, got {value!r}")
         if value.get("nodes") is not None:
             return sorted(int(n) for n in value["nodes"]), {}
+        if value["targets"] == "active-controller":
+            active = self.control.active_controller() if hasattr(self.control, "active_controller") else None
+            return ([active], {"active_controller": active}) if active is not None else ([], {"error": "no active controller known"})
         try:
             return live_primaries(self.control, self.options.primary_topics)
         except ControlError as error:

@@ -7,10 +7,13 @@ between broker addresses is cut: clients connect from 127.0.0.1 and keep reachin
 broker, as Jepsen's control node does (so brokers must bind their outgoing connections to
 their own address for partitions to see them).
 
-The bundled cluster's single controller stands for the KRaft quorum, which in a real
-deployment runs on the same machines as the brokers: it stays with the majority. A broker
-cut off from a strict majority of the other brokers is cut off from the controller too (both
-ways), so an isolated leader is fenced and loses leadership as it would in Kafka.
+By default the controllers stand for the KRaft quorum, which in a real deployment runs on
+the same machines as the brokers: they stay with the majority. A broker cut off from a strict
+majority of the other brokers is cut off from every controller too (both ways), so an
+isolated leader is fenced and loses leadership as it would in Kafka. With the nemesis option
+node_kinds=broker,controller the controllers (node ids 1000...) are nodes of the topologies
+like the brokers instead (every shape mixes them), and `active-controller` isolates the
+active controller from every other node.
 """
 
 from __future__ import annotations
@@ -20,9 +23,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from cluster.control import ClusterControl, ControlError
-from nemeses.base import COLORS, NemesisError, NemesisOptions, alternate, live_primaries
+from nemeses.base import COLORS, NemesisError, NemesisOptions, alternate, fault_nodes, live_primaries
 from nemeses.net.nft import NftError, NftPartitioner
-from nemeses.targets import LIVE_SPECS, Topology, partition_topology
+from nemeses.targets import LIVE_SPECS, Topology, active_controller_topology, partition_topology
 
 
 def partition_schedule(nodes: list[int], options: NemesisOptions, rng: random.Random) -> Iterator[dict]:
@@ -65,7 +68,7 @@ class PartitionPackage:
             raise NemesisError(f"the partition nemesis cannot run: {error}") from None
 
     def schedule(self, rng: random.Random) -> Iterator[dict]:
-        return partition_schedule(self.control.broker_ids, self.options, rng)
+        return partition_schedule(fault_nodes(self.control, self.options), self.options, rng)
 
     def invoke(self, f: str, value: Any) -> object:
         if f == "start-partition":
@@ -79,6 +82,12 @@ class PartitionPackage:
         if not isinstance(value, dict) or "topology" not in value:
             raise ValueError(f"start-partition needs a topology value, got {value!r}")
         extra: dict = {}
+        if value["topology"] == "active-controller":
+            everyone = self.control.nemesis_nodes(("broker", "controller")) if hasattr(self.control, "nemesis_nodes") else []
+            active = self.control.active_controller() if hasattr(self.control, "active_controller") else None
+            topology = active_controller_topology(active, everyone)
+            self.apply(topology)
+            return topology.as_value()
         if value["topology"] in LIVE_SPECS:
             try:
                 _, extra = live_primaries(self.control, self.options.primary_topics)
@@ -86,20 +95,27 @@ class PartitionPackage:
                 return {"topology": value["topology"], "error": str(error), "blocked": []}
             # One entry per tested partition: 'primary' counts them.
             leaders = list(extra["leaders"].values())
-            topology = partition_topology(value["topology"], self.control.broker_ids, random.Random(0), primaries=leaders)
+            topology = partition_topology(value["topology"], fault_nodes(self.control, self.options), random.Random(0), primaries=leaders)
             cut = self.apply(topology)
             return {**topology.as_value(), **extra, **({"cut-from-controller": cut} if cut else {})}
         cut = self.apply(Topology.from_value(value))
         return {**value, **({"cut-from-controller": cut} if cut else {})}
 
     def apply(self, topology: Topology) -> list[int]:
-        """Install the cuts; returns the brokers also cut off from the controller."""
-        hosts = self.control.hosts()
+        """Install the cuts; returns the brokers also cut off from the controllers (when the
+        controllers stay with the majority)."""
+        hosts = self.control.node_hosts() if hasattr(self.control, "node_hosts") else self.control.hosts()
         blocked = [(hosts[src], hosts[dst]) for src, dst in topology.blocked]
-        controller = self.control.controller_host()
-        cut_from_controller = brokers_without_majority(list(hosts), topology.blocked) if controller else []
+        placed = any(node in getattr(self.control, "controller_ids", ()) for pair in topology.blocked | topology.blocked_data
+                     for node in pair) or topology.name == "active-controller"
+        controllers = [] if placed or "controller" in self.options.node_kinds else (
+            self.control.controller_hosts() if hasattr(self.control, "controller_hosts") else
+            [h for h in [self.control.controller_host()] if h is not None])
+        brokers = list(self.control.broker_ids)
+        cut_from_controller = brokers_without_majority(brokers, list(topology.blocked)) if controllers else []
         for broker in cut_from_controller:
-            blocked += [(hosts[broker], controller), (controller, hosts[broker])]  # type: ignore[list-item]
+            for controller in controllers:
+                blocked += [(hosts[broker], controller), (controller, hosts[broker])]
         self.partitioner.apply(blocked=blocked, blocked_data=[(hosts[src], hosts[dst]) for src, dst in topology.blocked_data])
         return cut_from_controller
 

@@ -23,6 +23,10 @@ What the simulation does for each:
   the unflushed tails with the simulation's seeded generator and powers the broker off. A
   broker whose log directory failed halts and its process ends, as a real one exits 1.
 
+With several controllers (SimCluster(controllers=N)) their node ids (1000...) are nodes like
+the brokers' for kill (the controller's core dies; its disk stays), start, pause, clock and
+partition, and `active_controller` names the one that leads.
+
 There are no processes: `pid` is None. The leaders and ISRs the nemeses read come from the
 metadata image of the first running, unpaused broker, as the real control reads them from
 the first broker that answers a Metadata request (a broker cut off from the controller
@@ -35,7 +39,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from cluster.control import ControlError, PartitionStatus, TopicPartition, format_clock_offset
-from cluster.sim.cluster import CONTROLLER_HOST, SimCluster, broker_host
+from cluster.sim.cluster import CONTROLLER_HOST, SimCluster, broker_host, controller_host
 from cluster.storage.faulty_disk import DiskFaults
 from nemeses.base import NemesisError, NemesisOptions, build_packages
 from nemeses.clock import ClockPackage
@@ -74,19 +78,40 @@ class SimControl:
     def broker_ids(self) -> list[int]:
         return list(self.sim.broker_ids)
 
+    @property
+    def controller_ids(self) -> list[int]:
+        return list(self.sim.controller_ids)
+
+    def nemesis_nodes(self, kinds: Iterable[str] = ("broker",)) -> list[int]:
+        kinds = set(kinds)
+        return [*(self.broker_ids if "broker" in kinds else []), *(self.controller_ids if "controller" in kinds else [])]
+
+    def active_controller(self) -> int | None:
+        active = self.sim.controller
+        return None if active is None else active.config.node_id
+
+    def _is_controller(self, node_id: int) -> bool:
+        return node_id in self.sim.controller_ids
+
     def _check(self, broker_id: int) -> None:
-        if broker_id not in self.sim.broker_ids:
-            raise ControlError(f"no broker {broker_id!r}; brokers are {self.sim.broker_ids}")
+        if broker_id not in self.sim.broker_ids and not self._is_controller(broker_id):
+            raise ControlError(f"no broker {broker_id!r}; brokers are {self.sim.broker_ids}, controllers {self.sim.controller_ids}")
 
     def host(self, broker_id: int) -> str:
         self._check(broker_id)
-        return broker_host(broker_id)
+        return controller_host(broker_id) if self._is_controller(broker_id) else broker_host(broker_id)
 
     def hosts(self) -> dict[int, str]:
         return {b: broker_host(b) for b in self.broker_ids}
 
+    def node_hosts(self) -> dict[int, str]:
+        return {n: self.host(n) for n in [*self.broker_ids, *self.controller_ids]}
+
     def controller_host(self) -> str | None:
         return CONTROLLER_HOST
+
+    def controller_hosts(self) -> list[str]:
+        return [controller_host(c) for c in self.controller_ids]
 
     def pid(self, broker_id: int) -> int | None:
         self._check(broker_id)
@@ -95,16 +120,26 @@ class SimControl:
     # processes
     def is_alive(self, broker_id: int) -> bool:
         self._check(broker_id)
+        if self._is_controller(broker_id):
+            return self.sim.is_controller_running(broker_id)
         return self.sim.is_running(broker_id)
 
     def kill(self, broker_id: int) -> int | None:
         self._check(broker_id)
+        if self._is_controller(broker_id):
+            if self.sim.is_controller_running(broker_id):
+                self.sim.kill_controller(broker_id)
+            return None
         if self.sim.is_running(broker_id):
             self.sim.kill(broker_id, lose_unflushed=self.lose_unflushed)
         return None
 
     def start(self, broker_id: int) -> int | None:
         self._check(broker_id)
+        if self._is_controller(broker_id):
+            if not self.sim.is_controller_running(broker_id):
+                self.sim.start_controller(broker_id)
+            return None
         if not self.sim.is_running(broker_id):
             self._halts_at_start[broker_id] = len(self.sim.halts(broker_id))
             self.sim.start_broker(broker_id)

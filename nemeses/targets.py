@@ -8,6 +8,10 @@ Node specs (Jepsen's vocabulary, for kill, pause and clock):
     all             every broker
     primaries       the leaders of the topic-partitions: live state, resolved when the
                     fault is performed and recorded in its completion
+    active-controller  the active controller of the metadata quorum (live state)
+
+With the nemesis option node_kinds=broker,controller the nodes are the brokers and the
+controllers (node ids 1000...), so every spec and topology mixes them.
 
 Partition topologies (for partition). A topology is a set of directed pairs (src, dst):
 dst drops what src sends. `one_way` pairs drop only data segments (see nemeses.net.nft).
@@ -26,6 +30,8 @@ dst drops what src sends. `one_way` pairs drop only data segments (see nemeses.n
     primary         the broker leading the most tested partitions (ties: the lowest id)
                     isolated from the rest, and so from the controller (live state): the
                     majority elects new leaders while it still serves its clients
+    active-controller  the active controller isolated from every other node (live state):
+                    the other controllers elect a new one, the brokers follow it
 """
 
 from __future__ import annotations
@@ -37,7 +43,12 @@ from dataclasses import dataclass, field
 NODE_SPECS: tuple[str, ...] = ("one", "minority", "minority-third", "majority", "all", "primaries")
 PARTITION_TOPOLOGIES: tuple[str, ...] = ("one", "majority", "minority-third", "majorities-ring", "bridge", "one-way", "primaries",
                                          "primary")
-LIVE_SPECS = frozenset({"primaries", "primary"})
+LIVE_SPECS = frozenset({"primaries", "primary", "active-controller"})
+# The controller's own live target, as a node spec and as a topology: chosen only by name
+# (the broker-only lists above are what the default schedules and their tests cover).
+CONTROLLER_SPECS: tuple[str, ...] = ("active-controller",)
+# What the node specs and topologies pick among (nemesis option node_kinds).
+NODE_KINDS: tuple[str, ...] = ("broker", "controller")
 
 Pair = tuple[int, int]
 
@@ -48,8 +59,8 @@ def majority_size(n: int) -> int:
 
 def choose_nodes(spec: str, nodes: Sequence[int], rng: random.Random) -> list[int] | None:
     """The brokers `spec` picks among `nodes`, sorted; None for a live spec (primaries)."""
-    if spec not in NODE_SPECS:
-        raise ValueError(f"unknown node target {spec!r}; known: {', '.join(NODE_SPECS)}")
+    if spec not in NODE_SPECS + CONTROLLER_SPECS:
+        raise ValueError(f"unknown node target {spec!r}; known: {', '.join(NODE_SPECS + CONTROLLER_SPECS)}")
     if not nodes:
         raise ValueError("no brokers to choose from")
     if spec in LIVE_SPECS:
@@ -125,8 +136,8 @@ def partition_topology(name: str, nodes: Sequence[int], rng: random.Random,
                        primaries: Iterable[int] | None = None) -> Topology:
     """The topology `name` over `nodes`. `primaries` is needed (only) for the live topologies:
     the leader of each tested partition, one entry per partition."""
-    if name not in PARTITION_TOPOLOGIES:
-        raise ValueError(f"unknown partition topology {name!r}; known: {', '.join(PARTITION_TOPOLOGIES)}")
+    if name not in PARTITION_TOPOLOGIES + CONTROLLER_SPECS:
+        raise ValueError(f"unknown partition topology {name!r}; known: {', '.join(PARTITION_TOPOLOGIES + CONTROLLER_SPECS)}")
     ordered = sorted(nodes)
     if len(ordered) < 2 and name != "primaries":
         return Topology(name, extra={"note": "fewer than two brokers: nothing to partition"})
@@ -150,6 +161,8 @@ def partition_topology(name: str, nodes: Sequence[int], rng: random.Random,
         src = shuffled[0]
         return Topology(name, blocked_data=frozenset((src, dst) for dst in ordered if dst != src),
                         extra={"from": src})
+    if name == "active-controller":
+        raise ValueError("the 'active-controller' topology is built from the live state by active_controller_topology")
     if primaries is None:
         raise ValueError(f"the {name!r} topology needs the current leaders")
     led = [leader for leader in primaries if leader in ordered]
@@ -164,3 +177,13 @@ def partition_topology(name: str, nodes: Sequence[int], rng: random.Random,
     leaders = sorted(set(led))
     rest = [node for node in ordered if node not in leaders]
     return components_topology(name, [[leader] for leader in leaders] + [rest])
+
+
+def active_controller_topology(active: int | None, nodes: Sequence[int]) -> Topology:
+    """The active controller cut off from every other node in `nodes` (brokers and the other
+    controllers)."""
+    name = "active-controller"
+    if active is None:
+        return Topology(name, extra={"note": "no active controller known: nothing to partition"})
+    rest = tuple(sorted(n for n in nodes if n != active))
+    return Topology(name, blocked=frozenset(complete_grudge([[active], rest])), components=((active,), rest), extra={"isolated": active})

@@ -47,13 +47,14 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -332,6 +333,7 @@ class NodeAnswer:
     yet) and every broker id Metadata listed."""
     node_id: int | None
     broker_ids: frozenset[int]
+    advertised: Mapping[int, str] = field(default_factory=dict)  # broker id -> host:port in that answer
 
 
 def ask_node(host: str, port: int, names: Iterable[str], timeout_s: float = PROBE_TIMEOUT_S) -> NodeAnswer:
@@ -347,7 +349,8 @@ def ask_node(host: str, port: int, names: Iterable[str], timeout_s: float = PROB
     ids = frozenset(int(b.node_id) for b in metadata.brokers)
     mine = [int(b.node_id) for b in metadata.brokers if b.host in own and int(b.port) == port]
     mine = mine or [int(b.node_id) for b in metadata.brokers if b.host in own]
-    return NodeAnswer(mine[0] if len(set(mine)) == 1 else None, ids)
+    return NodeAnswer(mine[0] if len(set(mine)) == 1 else None, ids,
+                      {int(b.node_id): f"{b.host}:{int(b.port)}" for b in metadata.brokers})
 
 
 # -- the cluster ------------------------------------------------------------------------
@@ -389,6 +392,7 @@ class ComposeCluster:
         self._nodes: dict[int, _Node] = {}  # Kafka node id -> node
         self.brokers: list[BrokerProcess] = []
         self.controller: BrokerProcess | None = None  # the service labelled org.logquake.role=controller
+        self.advertised: dict[int, str] = {}  # node id -> the host:port it advertises where logquake asks
         self.proxies = None  # no proxied links (latency, bandwidth, flaky) here
         self._up = False
         self._closed = False
@@ -556,6 +560,21 @@ class ComposeCluster:
                                    pid=int(container.attrs["State"].get("Pid") or 0) or None)
             self._nodes[node_id] = _Node(node, container.id, self._names(container, self.network_name), broker)
         self.brokers = [self._nodes[i].broker for i in sorted(self._nodes)]
+        self.advertised = {i: answers[n.spec.service].advertised.get(i, "") for i, n in self._nodes.items()}
+
+    def unreachable_advertised(self, timeout_s: float = PROBE_TIMEOUT_S) -> list[str]:
+        """The nodes whose advertised address (on the listener logquake connects to) this host
+        cannot open a TCP connection to, as `service advertises host:port (why)`: clients that
+        bootstrap from the nodes follow those addresses."""
+        problems = []
+        for node_id, address in sorted(self.advertised.items()):
+            host, _, port = address.rpartition(":")
+            try:
+                with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+                    pass
+            except (OSError, ValueError) as exc:
+                problems.append(f"{self.service(node_id)} advertises {address} ({exc})")
+        return problems
 
     def _logs(self, container: Any, lines: int = 30) -> str:
         try:

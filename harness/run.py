@@ -229,6 +229,13 @@ def compose_cluster(run: Run) -> Iterator[None]:
     except (docker_compose.ComposeError, docker_compose.BrokerStartError) as exc:
         raise HarnessError(f"--docker-compose {spec.docker_compose}: {exc}") from None
     try:
+        if spec.bootstrap_servers is None:
+            unreachable = cluster.unreachable_advertised()
+            if unreachable:
+                raise HarnessError(f"--docker-compose {spec.docker_compose}: the clients run on this host and follow "
+                                   f"the addresses the nodes advertise, which it cannot reach: {'; '.join(unreachable)}; "
+                                   "advertise addresses the host reaches (e.g. static IPs on the network) or name a "
+                                   "listener it reaches with --bootstrap-servers")
         run.cluster = cluster
         run.bootstrap_servers = spec.bootstrap_servers or cluster.bootstrap_servers
         run.control = docker_compose.ComposeControl(cluster)

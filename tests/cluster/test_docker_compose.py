@@ -235,8 +235,8 @@ def test_bad_arguments_are_refused_before_anything_starts(docker_image, tmp_path
     assert not (tmp_path / "results").exists()  # refused before any run directory
 
 
-def test_nodes_that_never_answer_or_a_failed_up_fail_the_run_naming_why_and_leave_nothing(docker_image, tmp_path, capsys,
-                                                                                           monkeypatch):
+def test_unanswering_or_unreachable_nodes_or_a_failed_up_fail_the_run_naming_why_and_leave_nothing(
+        docker_image, tmp_path, capsys, monkeypatch):
     from harness.testcmd import main
 
     client, _ = docker_image
@@ -253,6 +253,26 @@ def test_nodes_that_never_answer_or_a_failed_up_fail_the_run_naming_why_and_leav
                  "--results-dir", str(tmp_path / "results")]) == 255
     err = capsys.readouterr().err
     assert "the nodes did not all answer Kafka ApiVersions and Metadata within 3 s: silent: " in err, err
+    assert project_objects_of(client, os.getpid()) == []
+
+    # Nodes that advertise names the host cannot resolve (a broker's --host is its service name):
+    # each is identified by that name, and the run refuses before any client follows them.
+    monkeypatch.setenv("LOGQUAKE_COMPOSE_STARTUP_TIMEOUT_S", "120")
+    node = "    image: ${LOGQUAKE_NODE_IMAGE}\n    working_dir: /opt/logquake/src\n    init: true\n"
+    compose.write_text(
+        "version: '2.4'\nservices:\n"
+        f"  controller:\n{node}    labels: {{org.logquake.role: controller}}\n"
+        "    command: [python3, -m, cluster.controller.main, --host, controller, --port, '9093', --data-dir, /data]\n"
+        f"  named:\n{node}"
+        "    command: [python3, -m, cluster.runtime.broker_main, --broker-id, '0', --host, named, --port, '9092',\n"
+        "              --data-dir, /data, --config, 'controller.quorum.voters=1000@controller:9093',\n"
+        "              --config, offsets.topic.replication.factor=1, --config, transaction.state.log.replication.factor=1,\n"
+        "              --config, transaction.state.log.min.isr=1]\n")
+    assert main(["--docker-compose", str(compose), "--nodes", "named", "--time-limit", "5",
+                 "--results-dir", str(tmp_path / "results")]) == 255
+    err = capsys.readouterr().err
+    assert "the clients run on this host and follow the addresses the nodes advertise, which it cannot reach: " \
+           "named advertises named:9092" in err, err
     assert project_objects_of(client, os.getpid()) == []
 
     # A project Compose cannot bring up (an image nobody has): its own words, nothing left.

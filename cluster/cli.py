@@ -23,7 +23,7 @@ from kio.index import EntityType
 
 from cluster.config import parse_assignments
 from cluster.control import pid_running
-from cluster.launcher import CONTROLLER_NODE_ID, MAX_BROKERS, BrokerStartError, LocalCluster
+from cluster.launcher import CONTROLLER_COUNTS, CONTROLLER_NODE_ID, MAX_BROKERS, BrokerStartError, LocalCluster, quorum_leader
 from cluster.protocol.client import ProtocolClientError, WireClient
 from cluster.protocol.codec import payload_class
 from cluster.protocol.versions import ApiKey
@@ -49,7 +49,9 @@ class BrokerRecord:
 
     @property
     def name(self) -> str:
-        return "controller" if self.broker_id == CONTROLLER_NODE_ID else f"broker {self.broker_id}"
+        if self.broker_id == CONTROLLER_NODE_ID:
+            return "controller"
+        return f"controller {self.broker_id}" if self.broker_id > CONTROLLER_NODE_ID else f"broker {self.broker_id}"
 
 
 @dataclass
@@ -80,6 +82,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     start.add_argument("--data-dir", required=True)
     start.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port on each broker's own address (default {DEFAULT_PORT})")
     start.add_argument("--config", action="append", default=[], metavar="KEY=VALUE", help="broker property (repeatable)")
+    start.add_argument("--controllers", type=int, default=1,
+                       help="controllers: 1, or a Raft metadata quorum of 3 or 5 (node ids 1000.., on 127.0.0.9 downwards; default 1)")
     start.set_defaults(handler=_start)
 
     stop = sub.add_parser("stop", help="stop the brokers started with --data-dir")
@@ -104,7 +108,9 @@ def _read_state(data_dir: str) -> list[BrokerRecord] | None:
         with open(path) as f:
             document = json.load(f)
         records = [BrokerRecord(**entry) for entry in document["brokers"]]
-        if document.get("controller"):
+        if document.get("controllers"):
+            records += [BrokerRecord(**entry) for entry in document["controllers"]]
+        elif document.get("controller"):
             records.append(BrokerRecord(**document["controller"]))
         return records
     except (ValueError, KeyError, TypeError) as error:
@@ -114,6 +120,8 @@ def _read_state(data_dir: str) -> list[BrokerRecord] | None:
 def _start(args: argparse.Namespace) -> int:
     if args.brokers < 1 or args.brokers > MAX_BROKERS:
         return _fail(f"--brokers {args.brokers}: must lie in 1-{MAX_BROKERS}", EXIT_BAD_ARGUMENTS)
+    if args.controllers not in CONTROLLER_COUNTS:
+        return _fail(f"--controllers {args.controllers}: must be one of {', '.join(map(str, CONTROLLER_COUNTS))}", EXIT_BAD_ARGUMENTS)
     try:
         config = parse_assignments(args.config)
     except ValueError as error:
@@ -125,18 +133,19 @@ def _start(args: argparse.Namespace) -> int:
         return _fail(str(error), EXIT_FAILED)
     if existing and any(pid_running(b.pid) for b in existing):
         return _fail(f"a cluster is already running from {data_dir}; stop it first", EXIT_FAILED)
-    cluster = LocalCluster(args.brokers, base_dir=data_dir, config=config, port=args.port, die_with_parent=False)
+    cluster = LocalCluster(args.brokers, base_dir=data_dir, config=config, port=args.port, die_with_parent=False,
+                           controllers=args.controllers)
     try:
         cluster.__enter__()
     except (BrokerStartError, ValueError, OSError) as error:
         return _fail(f"start failed: {error}", EXIT_FAILED)
     records = [BrokerRecord(b.broker_id, b.host, b.port, b.pid or -1, b.data_dir, b.log_path) for b in cluster.brokers]
-    c = cluster.controller
-    controller = BrokerRecord(c.broker_id, c.host, c.port, c.pid or -1, c.data_dir, c.log_path)
+    controllers = [BrokerRecord(c.broker_id, c.host, c.port, c.pid or -1, c.data_dir, c.log_path) for c in cluster.controllers]
     cluster.detach()
     with open(os.path.join(data_dir, STATE_FILE), "w") as f:
-        json.dump({"brokers": [asdict(r) for r in records], "controller": asdict(controller)}, f, indent=1)
-    for record in [*records, controller]:
+        json.dump({"brokers": [asdict(r) for r in records], "controller": asdict(controllers[0]),
+                   "controllers": [asdict(c) for c in controllers]}, f, indent=1)
+    for record in [*records, *controllers]:
         with open(os.path.join(data_dir, _pid_file_name(record)), "w") as f:
             f.write(f"{record.pid}\n")
     print(",".join(f"{r.host}:{r.port}" for r in records))
@@ -144,7 +153,9 @@ def _start(args: argparse.Namespace) -> int:
 
 
 def _pid_file_name(record: BrokerRecord) -> str:
-    return "controller.pid" if record.broker_id == CONTROLLER_NODE_ID else f"broker-{record.broker_id}.pid"
+    if record.broker_id == CONTROLLER_NODE_ID:
+        return "controller.pid"
+    return f"controller-{record.broker_id}.pid" if record.broker_id > CONTROLLER_NODE_ID else f"broker-{record.broker_id}.pid"
 
 
 def _stop(args: argparse.Namespace) -> int:
@@ -155,8 +166,8 @@ def _stop(args: argparse.Namespace) -> int:
         return _fail(str(error), EXIT_FAILED)
     if records is None:
         return _fail(f"no cluster state in {data_dir}", EXIT_FAILED)
-    brokers = [r for r in records if r.broker_id != CONTROLLER_NODE_ID]
-    controllers = [r for r in records if r.broker_id == CONTROLLER_NODE_ID]
+    brokers = [r for r in records if r.broker_id < CONTROLLER_NODE_ID]
+    controllers = [r for r in records if r.broker_id >= CONTROLLER_NODE_ID]
     # Brokers first and side by side: each controlled shutdown needs the controller.
     with ThreadPoolExecutor(max_workers=max(1, len(brokers))) as pool:
         lines = list(pool.map(lambda r: _stop_one(data_dir, r), brokers))
@@ -277,7 +288,18 @@ def _status(args: argparse.Namespace) -> int:
         alive = pid_running(record.pid)
         all_alive &= alive
         print(f"{record.name:<11} pid {record.pid:<7} {record.host}:{record.port:<6} {'alive' if alive else 'DOWN':<5}  log {record.log_path}")
-    brokers = [r for r in records if r.broker_id != CONTROLLER_NODE_ID]
+    brokers = [r for r in records if r.broker_id < CONTROLLER_NODE_ID]
+    controllers = [r for r in records if r.broker_id >= CONTROLLER_NODE_ID]
+    if len(controllers) > 1:
+        leader = None
+        for record in controllers:
+            if pid_running(record.pid):
+                try:
+                    leader = quorum_leader(record.host, record.port)
+                    break
+                except (OSError, ProtocolClientError):
+                    continue
+        print(f"active controller: {'none known' if leader is None else leader}")
     try:
         rows = _partition_rows(brokers)
     except ProtocolClientError as error:

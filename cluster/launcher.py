@@ -156,6 +156,17 @@ def probe_controller(host: str, port: int, timeout_s: float = 2.0) -> None:
             raise ProtocolClientError(f"ApiVersions answered error {versions.error_code}")
 
 
+def quorum_leader(host: str, port: int, timeout_s: float = 2.0) -> int | None:
+    """The metadata quorum's leader as the controller at host:port answers DescribeQuorum
+    (None: it knows none now). Raises OSError or ProtocolClientError when it does not answer."""
+    from cluster.quorum.rpc import DESCRIBE_QUORUM_VERSION, describe_quorum_request
+
+    with WireClient(host, port, timeout_s=timeout_s) as client:
+        answer = client.request(ApiKey.DESCRIBE_QUORUM, DESCRIBE_QUORUM_VERSION, topics=describe_quorum_request().topics)
+    leader = answer.topics[0].partitions[0].leader_id if answer.topics and answer.topics[0].partitions else -1
+    return int(leader) if leader >= 0 else None
+
+
 def probe(host: str, port: int, timeout_s: float = 2.0) -> None:
     """Raise unless the broker answers ApiVersions and Metadata."""
     with WireClient(host, port, timeout_s=timeout_s) as client:
@@ -239,19 +250,13 @@ class LocalCluster:
         live controller that answers (None: no leader known, or none answers)."""
         if len(self.controllers) == 1:
             return CONTROLLER_NODE_ID if self.is_alive(CONTROLLER_NODE_ID) else None
-        from cluster.quorum.rpc import DESCRIBE_QUORUM_VERSION, describe_quorum_request
-
         for controller in self.controllers:
             if not self.is_alive(controller.broker_id) or controller.broker_id in self._paused:
                 continue
             try:
-                with WireClient(controller.host, controller.port, timeout_s=2.0) as client:
-                    body = describe_quorum_request()
-                    answer = client.request(ApiKey.DESCRIBE_QUORUM, DESCRIBE_QUORUM_VERSION, topics=body.topics)
+                return quorum_leader(controller.host, controller.port)
             except (OSError, ProtocolClientError):
                 continue
-            leader = answer.topics[0].partitions[0].leader_id if answer.topics and answer.topics[0].partitions else -1
-            return int(leader) if leader >= 0 else None
         return None
 
     @property

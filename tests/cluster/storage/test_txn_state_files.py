@@ -95,7 +95,7 @@ def test_index_files_follow_their_segments() -> None:
 
 def test_clean_reopen_reads_the_files_and_replays_nothing(place: DiskAndDir) -> None:
     log = open_log(place.disk, place.directory)
-    _write_rounds(Writer(log), 40)
+    _write_rounds(Writer(log), 20)
     before = (log.aborted_txns(), table(log).snapshot())
     log.close()
 

@@ -769,9 +769,12 @@ class PartitionLog:
             return
         self._flush(None)
         if self.state is not None:
-            # A clean shutdown: the next open trusts every index and replays nothing.
+            # A clean shutdown: the next open trusts every index and replays nothing. (An
+            # empty log needs no snapshot; nor does one whose end already has one.)
             self._segments[-1].fsync_txn_index()
-            self._snapshots.write(self.log_end_offset, self.state.snapshot())
+            end = self.log_end_offset
+            if end > self._segments[0].base_offset and not self._disk.exists(self._snapshots.path(end)):
+                self._snapshots.write(end, self.state.snapshot())
         self._write_recovery_point()
         for segment in self._segments:
             segment.close()

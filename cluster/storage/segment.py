@@ -79,6 +79,8 @@ class Segment:
         # in the file (written with the index's pending entries, fsynced at seal and close).
         self.txn_index = AbortedTxnIndex()
         self._txn_pending = bytearray()
+        # False once entries went to the file without an fsync (a clean close then fsyncs it).
+        self._txn_index_synced = True
         # Where the most recently accounted batches are (parallel lists, oldest first), so
         # that reads near the log end, nearly every fetch of a follower or a caught-up
         # consumer, find their batch without scanning headers from the last index entry.
@@ -147,7 +149,7 @@ class Segment:
     def _write_txn_pending(self, *, fsync: bool) -> None:
         """Append the pending aborted-transaction entries; with `fsync`, make the whole file
         durable (only a log that keeps one has the file)."""
-        if not self._txn_pending and not (fsync and self._disk.exists(self.txn_index_path)):
+        if not self._txn_pending and (not fsync or self._txn_index_synced or not self._disk.exists(self.txn_index_path)):
             return
         handle = self._disk.open_append(self.txn_index_path)
         try:
@@ -157,6 +159,7 @@ class Segment:
         finally:
             handle.close()
         self._txn_pending.clear()
+        self._txn_index_synced = fsync
 
     def fsync_txn_index(self) -> None:
         """Make the aborted-transaction index durable (a clean close: the recovery point
@@ -319,6 +322,7 @@ class Segment:
         """Write the aborted-transaction index whole (after truncation or a rebuild)."""
         self._disk.write_atomic(self.txn_index_path, self.txn_index.encode())
         self._txn_pending.clear()
+        self._txn_index_synced = True
 
     def load_txn_index(self) -> str | None:
         """Read the `.txnindex` file of a loaded segment; returns why it cannot be trusted

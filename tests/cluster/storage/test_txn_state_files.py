@@ -276,3 +276,20 @@ def test_truncation_deletes_the_snapshots_past_the_cut_before_new_appends() -> N
     assert reopened.log_end_offset == 5
     assert table(reopened).entry(2) is None
     _assert_matches_oracle(reopened)
+
+
+def test_a_clean_close_writes_only_what_changed() -> None:
+    """A broker's shutdown closes every partition: an empty log needs no snapshot, and a log
+    closed again without new batches rewrites and fsyncs nothing."""
+    disk = MemoryDisk()
+    open_log(disk, DIR).close()
+    assert SnapshotFiles(disk, DIR).offsets() == []
+    log = open_log(disk, DIR)
+    assert log.recovery.state_batches == 0 and log.recovery.snapshot_offset is None
+    _write_rounds(Writer(log), 3)
+    log.close()
+    reopened = open_log(disk, DIR)
+    fsyncs = disk.fsync_count
+    reopened.close()
+    assert disk.fsync_count == fsyncs
+    assert open_log(disk, DIR).recovery.state_batches == 0

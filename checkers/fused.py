@@ -1,5 +1,6 @@
-"""The fused check job: one shuffle of the history by (run, key), every per-key check in one
-Arrow pass per group (perkey.py), one collection of the small answer.
+"""The fused check job: every per-key check in one numpy pass per (run, key) (perkey.py) over
+each key-bucket file of a run (or, for a run in an older layout, after one shuffle of its rows
+by (run, key)), one collection of the small answer.
 
 The tests' DataFrame oracle runs each anomaly as its own DataFrame, about 30 Spark jobs and 100
 stages of fixed cost per history; here a history costs the pre-pass (prepass.py: one small
@@ -17,13 +18,16 @@ from collections import defaultdict
 from typing import Callable, Iterator
 
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from checkers import perkey, prepass
 from checkers.findings import Findings
-from checkers.frames import RUN
+from checkers.frames import RUN, run_files
 from checkers.result import CheckerError, Witness
+from harness.history_parquet import key_bucket
 
 MAX_WITNESSES = perkey.MAX_WITNESSES
 CheckFn = Callable[[perkey.KeyData, perkey.Emitter], None]
@@ -56,34 +60,103 @@ def per_key_answers(history: DataFrame, pre: prepass.Prepass,
                     checks: dict[str, CheckFn] | None = None) -> DataFrame:
     """The per-key pass as a DataFrame of perkey.OUTPUT_SCHEMA rows.
 
-    The rows are hash-partitioned by (run, key), and each Python worker splits its partition
-    into keys itself: Spark's grouped map would sort every partition first, which measured
-    twice as slow here."""
+    A run written in key buckets (harness/history_parquet.py: every key's rows in one file)
+    is checked file by file: each task reads one file itself, only the columns the checks
+    need, with no shuffle and no trip of its rows through the JVM.
+    Any other run (an older layout, a file given with a run column) is shuffled by (run, key)
+    and each Python worker splits its partition into keys itself: Spark's grouped map would
+    sort every partition first, which measured twice as slow here."""
     facts = pre.facts
     # Copied here so the workers get exactly this registry (a test may swap a check).
     chosen = dict(perkey.CHECKS if checks is None else checks)
     spark = history.sparkSession
-    total_rows = sum(rows for *_, rows in pre.stats)
-    partitions = max(int(spark.conf.get("spark.sql.shuffle.partitions")), -(-total_rows // ROWS_PER_PARTITION))
-
-    # Rows cross from the JVM into Python with their run's index, not its name: a string per
-    # row is hashed by the shuffle and copied into Arrow (10^7 rows: the whole per-key pass
-    # took 17.1 s of CPU against 18.3 s, three runs each, bench history). The answers, a few
-    # rows per key, get the name back.
+    # Rows reach the checks with their run's index, not its name: a string per row is hashed
+    # by the shuffle and copied into Arrow (10^7 rows: the whole per-key pass took 17.1 s of
+    # CPU against 18.3 s, three runs each, bench history). The answers carry the name.
     runs = sorted({run for run, *_ in pre.stats})
+    run_facts = [prepass.facts_for(facts, run) for run in runs]
 
-    def facts_of(run: str) -> perkey.RunFacts:
-        return prepass.facts_for(facts, runs[int(run)])
+    def facts_of(run: int) -> perkey.RunFacts:
+        return run_facts[run]
+
+    def run_name(run: int) -> str:
+        return runs[run]
+
+    by_file = bucketed_files(history, runs)
+    answers = []
+    if by_file:
+        answers.append(_file_answers(spark, by_file, runs, facts_of, run_name, chosen))
+    shuffled = [run for run in runs if run not in by_file]
+    if shuffled or not answers:
+        answers.append(_shuffled_answers(history, pre, runs, shuffled, facts_of, run_name, chosen))
+    out = answers[0]
+    for more in answers[1:]:
+        out = out.unionByName(more)
+    return out
+
+
+def bucketed_files(history: DataFrame, runs: list[str]) -> dict[str, list[tuple[str, int]]]:
+    """Run → its files and their rows, for the runs written in key buckets (every file's footer
+    says which bucket of how many it holds, all of one count, none twice)."""
+    out = {}
+    for run, files in run_files(history).items():
+        if run not in runs:
+            continue
+        seen, rows = set(), []
+        for uri in files:
+            filesystem, path = pafs.FileSystem.from_uri(uri)
+            with filesystem.open_input_file(path) as handle:
+                metadata = pq.read_metadata(handle)
+            seen.add(key_bucket(metadata.schema.to_arrow_schema().metadata))
+            rows.append((uri, metadata.num_rows))
+        counts = {bucket[1] for bucket in seen if bucket is not None}
+        if None not in seen and len(seen) == len(files) and len(counts) == 1:
+            out[run] = rows
+    return out
+
+
+ROWS_PER_TASK = 250_000  # below this, files share a task (100 small histories: 4 tasks, not 100)
+
+
+def _file_answers(spark: SparkSession, by_file: dict[str, list[tuple[str, int]]], runs: list[str],
+                  facts_of: Callable[[int], perkey.RunFacts], run_name: Callable[[int], str],
+                  chosen: dict[str, CheckFn]) -> DataFrame:
+    index = {run: i for i, run in enumerate(runs)}
+    units = sorted(((rows, index[run], uri) for run, files in by_file.items() for uri, rows in files), reverse=True)
+    total_rows = sum(rows for rows, *_ in units)
+    tasks = min(len(units), max(int(spark.conf.get("spark.sql.shuffle.partitions")), -(-total_rows // ROWS_PER_TASK)))
+    # The biggest files first, dealt round: every task gets a like share, and a big history's
+    # last tasks to start are its small files.
+    groups = [[(run, uri) for _, run, uri in units[i::tasks]] for i in range(tasks)]
+
+    def per_unit(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for run, uri in zip(batch.column(RUN).to_pylist(), batch.column("uri").to_pylist()):
+                filesystem, path = pafs.FileSystem.from_uri(uri)
+                table = pq.read_table(path, filesystem=filesystem, columns=list(perkey.HISTORY_COLUMNS),
+                                      read_dictionary=["type", "f", "mop_f", "group"], use_threads=False)
+                cols = perkey.columns_from_history(table, run)
+                del table
+                for answer in perkey.check_columns(cols, facts_of, run_name, chosen):
+                    yield from answer.to_batches()
+
+    # One group per slice: parallelize gives each of `tasks` elements a partition of its own.
+    rdd = spark.sparkContext.parallelize(groups, tasks).flatMap(lambda group: group)
+    return spark.createDataFrame(rdd, f"{RUN} int, uri string").mapInArrow(per_unit, perkey.OUTPUT_SCHEMA)
+
+
+def _shuffled_answers(history: DataFrame, pre: prepass.Prepass, runs: list[str], shuffled: list[str],
+                      facts_of: Callable[[int], perkey.RunFacts], run_name: Callable[[int], str],
+                      chosen: dict[str, CheckFn]) -> DataFrame:
+    spark = history.sparkSession
+    total_rows = sum(rows for run, *_, rows in pre.stats if run in shuffled)
+    partitions = max(int(spark.conf.get("spark.sql.shuffle.partitions")), -(-total_rows // ROWS_PER_PARTITION))
 
     def per_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         received = list(batches)
         if not received:
             return
-        for answer in perkey.check_partition(pa.Table.from_batches(received), facts_of, chosen):
-            if answer.num_rows:
-                name = runs[int(answer.column(RUN)[0].as_py())]
-                answer = answer.set_column(answer.schema.get_field_index(RUN), RUN,
-                                           pa.repeat(pa.scalar(name, pa.string()), answer.num_rows))
+        for answer in perkey.check_partition(pa.Table.from_batches(received), facts_of, run_name, chosen):
             yield from answer.to_batches()
 
     if len(runs) <= 1:
@@ -93,8 +166,10 @@ def per_key_answers(history: DataFrame, pre: prepass.Prepass,
     columns = [run_index.cast("int").alias(RUN), "key", "process", "op_index", "offset", "value", _code().alias("code")]
     if pre.grouped_rows:
         columns.append("group")
-    coded = history.where(F.col("key").isNotNull()).select(*columns)
-    return coded.repartition(partitions, RUN, "key").mapInArrow(per_partition, perkey.OUTPUT_SCHEMA)
+    rows = history.where(F.col("key").isNotNull())
+    if len(shuffled) < len(runs):
+        rows = rows.where(F.col(RUN).isin(shuffled))
+    return rows.select(*columns).repartition(partitions, RUN, "key").mapInArrow(per_partition, perkey.OUTPUT_SCHEMA)
 
 
 def findings(history: DataFrame, checks: dict[str, CheckFn] | None = None) -> Findings:

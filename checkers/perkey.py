@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -114,6 +114,12 @@ def _unique_sorted(a: np.ndarray) -> np.ndarray:
     return a[_group_starts(a)] if len(a) else a
 
 
+def _unique(a: np.ndarray) -> np.ndarray:
+    """np.unique by sorting: numpy 2's hashing unique measured 3x slower on a key's ~10^5-10^6
+    mostly distinct values (bench_checkers history)."""
+    return _unique_sorted(np.sort(a))
+
+
 def _group_starts(*sorted_cols: np.ndarray) -> np.ndarray:
     """Start positions of runs of equal tuples in already sorted columns."""
     n = len(sorted_cols[0])
@@ -126,11 +132,32 @@ def _group_starts(*sorted_cols: np.ndarray) -> np.ndarray:
     return np.flatnonzero(change)
 
 
+class _Masked(dict):
+    """The columns of `base` under `mask`, each copied out when first asked for: a check
+    reads a few of a key's columns, and copying all of them at every selection was a tenth
+    of the per-key pass."""
+
+    def __init__(self, base: dict[str, np.ndarray], mask: np.ndarray) -> None:
+        super().__init__()
+        self.base, self.mask = base, mask
+
+    def __missing__(self, name: str) -> np.ndarray:
+        col = self.base[name][self.mask]
+        self[name] = col
+        return col
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self[name] if dict.__contains__(self, name) or name in self.base else default
+
+    def __contains__(self, name: object) -> bool:
+        return dict.__contains__(self, name) or name in self.base
+
+
 class Rows:
     """A column subset of the group as numpy arrays, sorted by (op_index, row_in_op)."""
 
     def __init__(self, cols: dict[str, np.ndarray], mask: np.ndarray | None = None) -> None:
-        self.cols = cols if mask is None else {name: col[mask] for name, col in cols.items()}
+        self.cols = cols if mask is None else _Masked(cols, mask)
 
     def __getattr__(self, name: str) -> np.ndarray:
         try:
@@ -149,37 +176,12 @@ class KeyData:
     """The shared per-key structures (the DataFrame oracle's frames.py, for one key): reads, writes, committed ops,
     evidence writes, the log, its slots and the value → dense index map."""
 
-    def __init__(self, table: pa.Table, facts: RunFacts) -> None:
-        self.key = int(table.column("key")[0].as_py())
+    def __init__(self, key: int, cols: dict[str, np.ndarray], facts: RunFacts) -> None:
+        """`cols`: one key's rows (COLUMNS; `group` may be missing when no row has one),
+        invocations left out, sorted by (op, row); `key_groups` makes them."""
+        self.key = int(key)
         self.facts = facts
-        op_index, _ = _ints(table.column("op_index"))
-        code, _ = _ints(table.column("code"))
-        row_in_op = (code >> ROW_SHIFT) & (ROW_LIMIT - 1)
-        order = np.lexsort((row_in_op, op_index))
-        offset, has_off = _ints(table.column("offset"))
-        value, has_value = _ints(table.column("value"))
-        invoke = op_index - (code >> INVOKE_SHIFT)
-        names = table.column_names
-        group = (table.column("group").to_numpy(zero_copy_only=False) if "group" in names
-                 else np.full(len(code), None, object))
-        cols = {
-            "op": op_index,
-            "invoke": invoke,
-            "process": table.column("process").to_numpy(zero_copy_only=False),
-            "type": (code & 7).astype(np.int8),
-            "f": ((code >> 3) & 7).astype(np.int8),
-            "mop": ((code >> 6) & 7).astype(np.int8),
-            "row": row_in_op,
-            "has_off": has_off,
-            "offset": offset,
-            "value": value,
-            "has_value": has_value,
-            "rebalanced": (code & REBALANCED_BIT) != 0,
-            "group": group,
-        }
-        order = order[cols["type"][order] != INVOKE]
-        self.all = Rows({name: col[order] for name, col in cols.items()})
-        cols = self.all.cols
+        self.all = Rows(cols)
         f, mop = cols["f"], cols["mop"]
         read_mask = ((f == F_POLL) | (f == F_TXN)) & (mop == MOP_POLL)
         write_mask = ((f == F_SEND) | (f == F_TXN)) & (mop == MOP_SEND)
@@ -190,7 +192,7 @@ class KeyData:
         self.reads = self.all.where(read_mask)
         self.writes = self.all.where(write_mask)
         r, w = self.reads, self.writes
-        self.ok_read_values = np.unique(r.value[r.type == OK])
+        self.ok_read_values = _unique(r.value[r.type == OK])
         info = w.type == INFO
         info_committed = info & (_isin_sorted(w.value, self.ok_read_values) | _isin_sorted(w.op, facts.committed_info_ops))
         committed_ops = _unique_sorted(w.op[(w.type == OK) | info_committed])
@@ -523,8 +525,16 @@ def internal_send(d: KeyData, out: Emitter) -> None:
 def _processed(d: KeyData) -> Rows:
     a = d.all
     p = a.where((a.mop == MOP_PROCESS) & (a.type == OK))
-    p.cols["grp"] = np.array([DEFAULT_GROUP if g is None or g != g else g for g in p.group], object)
+    p.cols["grp"] = _groups(p)
     return p
+
+
+def _groups(rows: Rows) -> np.ndarray:
+    """The rows' consumer groups, DEFAULT_GROUP where none was recorded."""
+    group = rows.cols.get("group")
+    if group is None:
+        return np.full(len(rows), DEFAULT_GROUP, object)
+    return np.array([DEFAULT_GROUP if g is None or g != g else g for g in group], object)
 
 
 def duplicate_processing(d: KeyData, out: Emitter) -> None:
@@ -560,7 +570,7 @@ def nonmonotonic_commit(d: KeyData, out: Emitter) -> None:
     c = a.where((a.mop == MOP_COMMIT) & (a.type == OK) & a.has_off)
     if len(c) == 0:
         return
-    grp = [DEFAULT_GROUP if g is None or g != g else g for g in c.group]
+    grp = list(_groups(c))
     found: list[tuple[str, int, int, int, int]] = []  # (group, best offset, best op, offset, op)
     for g in sorted(set(grp)):
         idx = [i for i, x in enumerate(grp) if x == g]
@@ -581,6 +591,14 @@ def nonmonotonic_commit(d: KeyData, out: Emitter) -> None:
 
 # ---- dependency edges for the cycle search (cycles.py states the pruning) --------------------
 
+def _writes_two_values(w: Rows) -> bool:
+    """Whether some op writes two different values of this key (w is sorted by op)."""
+    if len(w) < 2:
+        return False
+    starts = _group_starts(w.op)
+    return bool((np.minimum.reduceat(w.value, starts) != np.maximum.reduceat(w.value, starts)).any())
+
+
 def edges(d: KeyData, out: Emitter) -> None:
     w, r = d.writes, d.reads
     if len(w) == 0:
@@ -590,7 +608,7 @@ def edges(d: KeyData, out: Emitter) -> None:
     first = _group_starts(wv)
     writer_value, writer_op = wv[first], w.op[order][first]
     writer_invoke, writer_type = w.invoke[order][first], w.type[order][first]
-    write_ops = np.union1d(_unique_sorted(w.op), d.facts.writing_ops)
+    write_ops = _unique(np.concatenate([w.op, d.facts.writing_ops]))
 
     def shortcut(src: np.ndarray, src_type: np.ndarray, dst_invoke: np.ndarray) -> np.ndarray:
         # The source completed ok before the target was invoked (cycles.py states why such an
@@ -622,8 +640,7 @@ def edges(d: KeyData, out: Emitter) -> None:
     # ww: writer of the value in the slot before v's (last) slot → writer of v.
     # An op that writes two values of this key can close a cycle inside the key's own ww
     # chain (its values straddling another op's), so such a key's chain is kept too.
-    op_values = np.unique(np.stack([w.op, w.value]), axis=1)[0] if len(w) > 1 else w.op
-    linked = bool(_isin_sorted(w.op, d.facts.linking_ops).any()) or len(np.unique(op_values)) < len(op_values)
+    linked = bool(_isin_sorted(w.op, d.facts.linking_ops).any()) or _writes_two_values(w)
     has = _isin_sorted(d.bv_value, writer_value) & (d.bv_idx >= 1)
     values, idx = d.bv_value[has], d.bv_idx[has]
     prev_values = d.slot_rep[idx - 1]
@@ -657,13 +674,12 @@ DELIVERY = {
 CHECKS: dict[str, Callable[[KeyData, Emitter], None]] = {**KAFKA, **DELIVERY, "cycles": edges}
 
 
-def check_group(table: pa.Table, facts: Callable[[str], RunFacts],
+def check_group(run: str, key: int, cols: dict[str, np.ndarray], facts: RunFacts,
                 checks: dict[str, Callable[[KeyData, Emitter], None]]) -> pa.Table:
-    """All checks on the rows of one (run, key)."""
-    run = str(table.column("run")[0].as_py())
-    out = Emitter(run, table.column("key")[0].as_py())
+    """All checks on the rows of one (run, key), as `key_groups` gives them."""
+    out = Emitter(run, key)
     try:
-        data = KeyData(table, facts(run))
+        data = KeyData(key, cols, facts)
     except Exception as exc:
         out.rows.append({"kind": "error", "anomaly": "per-key", "detail": describe(exc)})
         return out.table()
@@ -675,18 +691,117 @@ def check_group(table: pa.Table, facts: Callable[[str], RunFacts],
     return out.table()
 
 
-def check_partition(table: pa.Table, facts: Callable[[str], RunFacts],
+# The columns `key_groups` takes and KeyData gets (`group` may be missing: no row has one).
+COLUMNS = ("run", "key", "op", "invoke", "process", "type", "f", "mop", "row", "offset", "has_off", "value",
+           "has_value", "rebalanced", "group")
+
+
+def key_groups(cols: dict[str, np.ndarray]) -> Iterator[tuple[int, int, dict[str, np.ndarray]]]:
+    """(run, key, that key's rows) for each (run, key) of these rows, whatever their order: rows
+    with a key and not invocations, sorted by (op, row) within the key. One sort of the whole
+    input instead of one per key; each key's rows are copied out of it one key at a time."""
+    keep = (cols["type"] != INVOKE) & cols["has_key"]
+    if not keep.all():
+        cols = {name: col[keep] for name, col in cols.items()}
+    n = len(cols["op"])
+    if n == 0:
+        return
+    op, row, run, key = cols["op"], cols["row"], cols["run"], cols["key"]
+    if op.min() >= 0 and op.max() < 1 << (63 - ROW_SHIFT_SORT) and row.min() >= 0 and row.max() < 1 << ROW_SHIFT_SORT:
+        order = np.lexsort(((op << ROW_SHIFT_SORT) | row, key, run))  # one sort key fewer
+    else:
+        order = np.lexsort((row, op, key, run))
+    run_sorted, key_sorted = run[order], key[order]
+    starts = _group_starts(run_sorted, key_sorted)
+    ends = np.append(starts[1:], n)
+    names = [name for name in COLUMNS if name in cols and name not in ("run", "key")]
+    for a, b in zip(starts, ends):
+        rows = order[a:b]
+        yield int(run_sorted[a]), int(key_sorted[a]), {name: cols[name][rows] for name in names}
+
+
+ROW_SHIFT_SORT = 22  # op and row packed into one sort key when row_in_op < 2^22 and op_index < 2^41
+
+
+def check_columns(cols: dict[str, np.ndarray], facts: Callable[[int], RunFacts], run_name: Callable[[int], str],
+                  checks: dict[str, Callable[[KeyData, Emitter], None]]) -> Iterator[pa.Table]:
+    """check_group on every (run, key) of these rows (runs as small ints; `run_name` names them)."""
+    for run, key, rows in key_groups(cols):
+        yield check_group(run_name(run), key, rows, facts(run), checks)
+
+
+def _positions(column: pa.ChunkedArray | pa.Array, names: tuple[str, ...]) -> np.ndarray:
+    """Each string's position in `names` (OTHER for any other value or null), as int8,
+    through the column's dictionary when it has one (Parquet's dictionary pages)."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if not pa.types.is_dictionary(column.type):
+        column = pc.dictionary_encode(column)
+    lookup = np.full(len(column.dictionary) + 1, OTHER, np.int8)
+    for i, value in enumerate(column.dictionary.to_pylist()):
+        if value in names:
+            lookup[i] = names.index(value)
+    indices = pc.fill_null(column.indices, len(column.dictionary)).to_numpy(zero_copy_only=False)
+    return lookup[indices]
+
+
+# The history columns (harness/history_parquet.py) the per-key pass reads.
+HISTORY_COLUMNS = ("key", "process", "op_index", "invoke_index", "type", "f", "mop_f", "row_in_op", "offset",
+                   "value", "rebalanced", "group")
+
+
+def columns_from_history(table: pa.Table, run: int) -> dict[str, np.ndarray]:
+    """The COLUMNS of rows read straight from a history file (HISTORY_COLUMNS)."""
+    n = table.num_rows
+    key, has_key = _ints(table.column("key"))
+    offset, has_off = _ints(table.column("offset"))
+    value, has_value = _ints(table.column("value"))
+    op, _ = _ints(table.column("op_index"))
+    invoke, _ = _ints(table.column("invoke_index"))
+    row, _ = _ints(table.column("row_in_op"))
+    # A null rebalanced counts as rebalanced (the DataFrame oracle's `where(~rebalanced)`
+    # drops null too).
+    rebalanced = pc.fill_null(table.column("rebalanced"), True).to_numpy(zero_copy_only=False)
+    cols = {
+        "run": np.full(n, run, np.int64), "key": key, "has_key": has_key, "op": op, "invoke": invoke,
+        "process": table.column("process").to_numpy(zero_copy_only=False),
+        "type": _positions(table.column("type"), TYPES), "f": _positions(table.column("f"), FS),
+        "mop": _positions(table.column("mop_f"), MOPS), "row": row, "offset": offset, "has_off": has_off,
+        "value": value, "has_value": has_value, "rebalanced": np.asarray(rebalanced, bool),
+    }
+    group = table.column("group")
+    if group.null_count < n:
+        cols["group"] = group.cast(pa.string()).to_numpy(zero_copy_only=False)
+    return cols
+
+
+def columns_from_code(table: pa.Table) -> dict[str, np.ndarray]:
+    """The COLUMNS of rows shipped with `code` (INPUT_COLUMNS: the shuffle's columns)."""
+    code, _ = _ints(table.column("code"))
+    op, _ = _ints(table.column("op_index"))
+    key, has_key = _ints(table.column("key"))
+    offset, has_off = _ints(table.column("offset"))
+    value, has_value = _ints(table.column("value"))
+    run, _ = _ints(table.column("run"))
+    cols = {
+        "run": run, "key": key, "has_key": has_key, "op": op, "invoke": op - (code >> INVOKE_SHIFT),
+        "process": table.column("process").to_numpy(zero_copy_only=False),
+        "type": (code & 7).astype(np.int8), "f": ((code >> 3) & 7).astype(np.int8),
+        "mop": ((code >> 6) & 7).astype(np.int8), "row": (code >> ROW_SHIFT) & (ROW_LIMIT - 1),
+        "offset": offset, "has_off": has_off, "value": value, "has_value": has_value,
+        "rebalanced": (code & REBALANCED_BIT) != 0,
+    }
+    if "group" in table.column_names:
+        cols["group"] = table.column("group").to_numpy(zero_copy_only=False)
+    return cols
+
+
+def check_partition(table: pa.Table, facts: Callable[[int], RunFacts], run_name: Callable[[int], str],
                     checks: dict[str, Callable[[KeyData, Emitter], None]]) -> list[pa.Table]:
-    """check_group on every (run, key) of a partition, whatever its row order."""
+    """check_group on every (run, key) of a shuffled partition (INPUT_COLUMNS), whatever its row order."""
     if table.num_rows == 0:
         return []
-    runs = pc.dictionary_encode(table.column("run")).combine_chunks().indices.to_numpy(zero_copy_only=False)
-    keys, _ = _ints(table.column("key"))
-    order = np.lexsort((keys, runs))
-    starts = _group_starts(runs[order], keys[order])
-    ends = np.append(starts[1:], table.num_rows)
-    # One group's rows copied at a time: a partition of a huge history holds several keys.
-    return [check_group(table.take(order[a:b]), facts, checks) for a, b in zip(starts, ends)]
+    return list(check_columns(columns_from_code(table), facts, run_name, checks))
 
 
 def describe(exc: BaseException) -> str:

@@ -25,7 +25,9 @@ every op is visible to the checks):
     group            consumer group of commit/process ops (extra.group), null if not given
 
 The directory is hive-partitioned by `run=` only (reference/pyspark.md "History layout"):
-`<out>/run=<run_id>/part-00000.parquet`, dictionary-encoded strings, zstd.
+`<out>/run=<run_id>/part-00000.parquet`, dictionary-encoded strings, zstd; a history of more
+than one row group is instead split by key into `part-k<b>-of-<n>.parquet` files (RunWriter,
+KEY_BUCKETS), so that each key's rows are in one file.
 """
 
 from __future__ import annotations
@@ -38,7 +40,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from harness.history import NEMESIS, HistoryFormatError, Op
@@ -338,25 +342,133 @@ def check_run_id(run_id: str) -> str:
     return run_id
 
 
-def write_tables(tables: Iterable[pa.Table], out_dir: str | os.PathLike[str], run_id: str) -> Path:
-    """Write row groups to `<out_dir>/run=<run_id>/part-00000.parquet`, replacing that run."""
+# Key buckets: a history bigger than one row group is written as KEY_BUCKETS files by key
+# (null keys in bucket 0), each saying in its footer which bucket of how many it holds, so
+# that every key's rows are in one file: the per-key checks then read each file by itself
+# (only the columns they need) with no shuffle (checkers/fused.py). A smaller history is one
+# file, bucket 0 of 1. 64 files: enough that a Python worker holds one file's rows of a
+# 10^9-row history (~16 million), few enough that a 10^7-row history's files are not tiny.
+KEY_BUCKETS = 64
+KEY_BUCKET_META = b"logquake.key_bucket"  # "<bucket>/<buckets>"
+SINGLE_FILE = "part-00000.parquet"
+
+
+def bucket_file_name(bucket: int, buckets: int) -> str:
+    return SINGLE_FILE if buckets == 1 else f"part-k{bucket:05d}-of-{buckets:05d}.parquet"
+
+
+def key_bucket(metadata: dict[bytes, bytes] | None) -> tuple[int, int] | None:
+    """(bucket, buckets) from a file's footer metadata; None for a file without (an older
+    layout, or written by something else)."""
+    raw = (metadata or {}).get(KEY_BUCKET_META)
+    if raw is None:
+        return None
+    try:
+        bucket, buckets = (int(x) for x in raw.decode().split("/"))
+    except ValueError:
+        return None
+    return (bucket, buckets) if 0 <= bucket < buckets else None
+
+
+def key_buckets_of(table: pa.Table, buckets: int) -> np.ndarray:
+    keys = table.column("key")
+    return np.mod(pc.fill_null(keys, 0).to_numpy(zero_copy_only=False), buckets)
+
+
+class RunWriter:
+    """Writes one run's rows into `<run_dir>`: one file (its tables as they came, a row group
+    each) while they are at most `bucket_above_rows`, else `buckets` files by key (see
+    KEY_BUCKETS). Memory holds at most `bucket_above_rows` rows before the choice is made,
+    and one table at a time after."""
+
+    def __init__(self, run_dir: Path, *, buckets: int = KEY_BUCKETS, bucket_above_rows: int = ROW_GROUP_ROWS,
+                 row_group_rows: int = ROW_GROUP_ROWS) -> None:
+        if buckets < 1:
+            raise ValueError(f"buckets {buckets} must be at least 1")
+        self.run_dir = run_dir
+        self.buckets = buckets
+        self.bucket_above_rows = bucket_above_rows
+        self.row_group_rows = row_group_rows
+        self.rows = 0
+        self._pending: list[pa.Table] = []
+        self._pending_rows = 0
+        self._writers: dict[int, pq.ParquetWriter] = {}
+        self._tmp: dict[int, Path] = {}
+
+    def _writer(self, bucket: int, buckets: int) -> pq.ParquetWriter:
+        writer = self._writers.get(bucket)
+        if writer is None:
+            name = bucket_file_name(bucket, buckets)
+            tmp = self.run_dir / f".{name}.tmp"
+            schema = SCHEMA.with_metadata({KEY_BUCKET_META: f"{bucket}/{buckets}".encode()})
+            writer = pq.ParquetWriter(tmp, schema, compression="zstd", use_dictionary=DICTIONARY_COLUMNS)
+            self._writers[bucket], self._tmp[bucket] = writer, tmp
+        return writer
+
+    def write(self, table: pa.Table) -> None:
+        table = table.replace_schema_metadata(None)
+        self.rows += table.num_rows
+        if not self._writers and self._pending_rows + table.num_rows <= self.bucket_above_rows:
+            self._pending.append(table)
+            self._pending_rows += table.num_rows
+            return
+        for held in self._pending:
+            self._write_bucketed(held)
+        self._pending, self._pending_rows = [], 0
+        self._write_bucketed(table)
+
+    def _write_bucketed(self, table: pa.Table) -> None:
+        if self.buckets == 1:
+            self._writer(0, 1).write_table(table, row_group_size=max(table.num_rows, 1))
+            return
+        bucket = key_buckets_of(table, self.buckets)
+        order = np.argsort(bucket, kind="stable")  # rows keep their order within a bucket
+        sorted_buckets = bucket[order]
+        starts = np.flatnonzero(np.r_[True, sorted_buckets[1:] != sorted_buckets[:-1]]) if len(order) else order
+        for a, b in zip(starts, np.append(starts[1:], len(order))):
+            part = table.take(order[a:b])
+            self._writer(int(sorted_buckets[a]), self.buckets).write_table(part, row_group_size=self.row_group_rows)
+
+    def close(self) -> list[Path]:
+        """Finish the files and move them into place; returns them."""
+        if not self._writers:
+            writer = self._writer(0, 1)
+            for table in self._pending or [SCHEMA.empty_table()]:
+                writer.write_table(table, row_group_size=max(table.num_rows, 1))
+            self._pending = []
+        done = []
+        for bucket, writer in self._writers.items():
+            writer.close()
+            target = self._tmp[bucket].with_name(self._tmp[bucket].name[1:-len(".tmp")])
+            os.replace(self._tmp[bucket], target)
+            done.append(target)
+        self._writers.clear()
+        return sorted(done)
+
+    def abort(self) -> None:
+        for bucket, writer in self._writers.items():
+            writer.close()
+            self._tmp[bucket].unlink(missing_ok=True)
+        self._writers.clear()
+
+
+def write_tables(tables: Iterable[pa.Table], out_dir: str | os.PathLike[str], run_id: str, *,
+                 buckets: int = KEY_BUCKETS, bucket_above_rows: int = ROW_GROUP_ROWS) -> Path:
+    """Write row groups to `<out_dir>/run=<run_id>/` (RunWriter), replacing that run; returns
+    the run's directory."""
     run_dir = Path(out_dir) / f"run={check_run_id(run_id)}"
     if run_dir.exists():
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True)
-    target = run_dir / "part-00000.parquet"
-    tmp = run_dir / ".part-00000.parquet.tmp"
-    writer = pq.ParquetWriter(tmp, SCHEMA, compression="zstd", use_dictionary=DICTIONARY_COLUMNS)
+    writer = RunWriter(run_dir, buckets=buckets, bucket_above_rows=bucket_above_rows)
     try:
         for table in tables:
-            writer.write_table(table, row_group_size=max(len(table), 1))
+            writer.write(table)
     except BaseException:
-        writer.close()
-        tmp.unlink(missing_ok=True)
+        writer.abort()
         raise
     writer.close()
-    os.replace(tmp, target)
-    return target
+    return run_dir
 
 
 def remove_other_runs(out_dir: str | os.PathLike[str], run_id: str) -> list[str]:

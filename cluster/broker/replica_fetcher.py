@@ -6,20 +6,18 @@ leader says our log diverges (KIP-320/595 truncate-on-fetch).
 
 from __future__ import annotations
 
-import datetime
 import logging
 import uuid
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
-from kio.index import EntityType
 from kio.schema.errors import ErrorCode
 
 from cluster.broker.env import Endpoint, OutboundResult
 from cluster.broker.fetch_sessions import FetchPlan, FetchSessionHandler, PartitionFetchState
 from cluster.broker.log_dir import is_disk_failure
 from cluster.broker.partition import FOLLOWER, Partition, TopicPartition
-from cluster.protocol.codec import build, payload_class, request_class
+from cluster.protocol.fetch_request import VERSION as FETCH_REQUEST_VERSION, FetchPartitionRow, encode_replica_fetch
 from cluster.protocol.versions import ApiKey
 from cluster.storage.batch import InvalidBatchError
 
@@ -27,13 +25,9 @@ if TYPE_CHECKING:
     from cluster.broker.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
-FETCH_VERSION = 15
+FETCH_VERSION = FETCH_REQUEST_VERSION  # the hand-written encoder's version
 _SESSION_ERRORS = frozenset({ErrorCode.fetch_session_id_not_found, ErrorCode.invalid_fetch_session_epoch,
                              ErrorCode.fetch_session_topic_id_error})
-
-
-def _req(name: str) -> type:
-    return payload_class(ApiKey.FETCH, FETCH_VERSION, name, EntityType.request)
 
 
 class ReplicaFetcher:
@@ -68,55 +62,60 @@ class ReplicaFetcher:
         self._partitions = tps
         self._ordered = sorted(tps, key=lambda t: (t.topic, t.partition))
 
-    def _fetchable(self) -> list[Partition]:
-        out = []
-        hosted = self.manager.partitions
-        for tp in self._ordered:
-            p = hosted.get(tp)
-            if p is not None and p.role == FOLLOWER and p.leader_id == self.leader_id and not p.awaiting_metadata and p.state is not None:
-                out.append(p)
-        return out
-
     def _fetch(self) -> None:
         manager = self.manager
         config = manager.config
-        partitions = self._fetchable()
         leader = manager.controller.image.brokers.get(self.leader_id)
-        if not partitions or leader is None or not manager.controller.registered:
+        if leader is None or not manager.controller.registered:
             return
-        self._endpoint = Endpoint(leader.broker_id, leader.host, leader.port)
+        # What we ask of each partition we follow from this leader, in one pass (this runs
+        # after every answer: locals, no intermediate list).
         wanted: dict[Hashable, PartitionFetchState] = {}
         sent: dict[TopicPartition, int] = {}
-        for p in partitions:
-            assert p.state is not None
-            last_epoch = -1 if config.replica_truncate_to_high_watermark else p.log.epochs.latest_epoch
+        hosted = manager.partitions
+        leader_id = self.leader_id
+        truncate_to_high_watermark = config.replica_truncate_to_high_watermark
+        max_bytes = config.replica_fetch_max_bytes
+        topic_ids = self._topic_ids
+        for tp in self._ordered:
+            p = hosted.get(tp)
+            if p is None or p.role != FOLLOWER or p.leader_id != leader_id or p.awaiting_metadata or p.state is None:
+                continue
+            log_ = p.log
             topic_id = p.state.topic_id
-            self._topic_ids[topic_id.int] = topic_id  # keys hold the id's integer: it hashes without a Python call
-            wanted[(topic_id.int, p.tp.partition)] = PartitionFetchState(p.log_end_offset, p.log_start_offset, config.replica_fetch_max_bytes,
-                                                                        p.leader_epoch, last_epoch)
-            sent[p.tp] = p.leader_epoch
+            topic_int = topic_id.int  # keys hold the id's integer: it hashes without a Python call
+            topic_ids[topic_int] = topic_id
+            epoch = p.leader_epoch
+            wanted[(topic_int, tp.partition)] = PartitionFetchState(log_.log_end_offset, log_.log_start_offset, max_bytes, epoch,
+                                                                   -1 if truncate_to_high_watermark else log_.epochs.latest_epoch)
+            sent[tp] = epoch
+        if not wanted:
+            return
+        self._endpoint = Endpoint(leader.broker_id, leader.host, leader.port)
         # KIP-227: a full fetch opens a session; later ones name only the partitions whose
         # fetch position changed, and the leader answers only those with news.
         plan = self._session.build(wanted)
-        by_topic: dict[Any, list[Any]] = {}
+        # Encoded by hand (cluster/protocol/fetch_request.py), not as kio entities: this runs
+        # after every answer from every leader.
+        by_topic: dict[int, list[FetchPartitionRow]] = {}
         for key in plan.send:
             topic_int, index = key  # type: ignore[misc]
             state = wanted[key]
-            by_topic.setdefault(self._topic_ids[topic_int], []).append(build(
-                _req("FetchPartition"), partition=index, current_leader_epoch=state.current_leader_epoch, fetch_offset=state.fetch_offset,
-                last_fetched_epoch=state.last_fetched_epoch, log_start_offset=state.log_start_offset, partition_max_bytes=state.max_bytes))
-        forgotten: dict[Any, list[int]] = {}
+            row = (index, state.current_leader_epoch, state.fetch_offset, state.last_fetched_epoch, state.log_start_offset, state.max_bytes)
+            rows = by_topic.get(topic_int)
+            if rows is None:
+                by_topic[topic_int] = [row]
+            else:
+                rows.append(row)
+        forgotten: dict[int, list[int]] = {}
         for topic_int, index in plan.forget:  # type: ignore[misc]
-            forgotten.setdefault(self._topic_ids[topic_int], []).append(index)
-        body = build(request_class(ApiKey.FETCH, FETCH_VERSION), cluster_id=None,
-                     replica_state=_req("ReplicaState")(replica_id=config.broker_id, replica_epoch=manager.controller.broker_epoch),
-                     max_wait=datetime.timedelta(milliseconds=config.replica_fetch_wait_max_ms), min_bytes=config.replica_fetch_min_bytes,
-                     max_bytes=config.replica_fetch_response_max_bytes, isolation_level=0, session_id=plan.session_id,
-                     session_epoch=plan.epoch,
-                     topics=tuple(_req("FetchTopic")(topic_id=topic_id, partitions=tuple(parts)) for topic_id, parts in by_topic.items()),
-                     forgotten_topics_data=tuple(_req("ForgottenTopic")(topic_id=topic_id, partitions=tuple(parts))
-                                                 for topic_id, parts in forgotten.items()),
-                     rack_id="")
+            forgotten.setdefault(topic_int, []).append(index)
+        body = encode_replica_fetch(replica_id=config.broker_id, replica_epoch=manager.controller.broker_epoch,
+                                    max_wait_ms=config.replica_fetch_wait_max_ms, min_bytes=config.replica_fetch_min_bytes,
+                                    max_bytes=config.replica_fetch_response_max_bytes, isolation_level=0, session_id=plan.session_id,
+                                    session_epoch=plan.epoch,
+                                    topics=[(topic_ids[topic_int], rows) for topic_int, rows in by_topic.items()],
+                                    forgotten=[(topic_ids[topic_int], indexes) for topic_int, indexes in forgotten.items()])
         self._in_flight = True
         manager.outbound.send(self._endpoint, ApiKey.FETCH, FETCH_VERSION, body, lambda result: self._on_response(result, sent, plan),
                               config.replica_socket_timeout_ms + config.replica_fetch_wait_max_ms)

@@ -140,9 +140,34 @@ def request_class(api_key: int, api_version: int) -> type:
     return kio.index.load_request_schema(api_key, api_version)
 
 
+@dataclass(frozen=True, slots=True)
+class EncodedBody:
+    """A request body already in wire bytes, from a hand-written hot-path encoder
+    (cluster/protocol/fetch_request.py); `encode_request` frames it as it frames a kio body."""
+
+    data: bytes
+
+
+_HEADER_V1 = struct.Struct(">hhih")
+
+
+def _encoded_request(header_cls: type, api_key: int, api_version: int, correlation_id: int, client_id: str | None,
+                     body: EncodedBody) -> bytes:
+    # Request header v1 or v2 (the only ones kio has) by hand: kio's writer for it costs more
+    # than the body's encoder.
+    name = None if client_id is None else client_id.encode()
+    head = _HEADER_V1.pack(api_key, api_version, correlation_id, -1 if name is None else len(name)) + (name or b"")
+    if header_cls.__flexible__:
+        head += b"\0"  # no tagged fields
+    return _SIZE.pack(len(head) + len(body.data)) + head + body.data
+
+
 def encode_request(api_key: int, api_version: int, correlation_id: int, client_id: str | None, body: Any) -> bytes:
-    """A whole request frame (size prefix, header, body), for node-to-node traffic."""
+    """A whole request frame (size prefix, header, body), for node-to-node traffic. `body` is
+    a kio request entity or an `EncodedBody`."""
     header_cls, write_header, write_body = _request_writers(api_key, api_version)
+    if isinstance(body, EncodedBody):
+        return _encoded_request(header_cls, api_key, api_version, correlation_id, client_id, body)
     buffer = io.BytesIO()
     buffer.write(b"\0\0\0\0")
     write_header(buffer, header_cls(request_api_key=api_key, request_api_version=api_version, correlation_id=correlation_id, client_id=client_id))

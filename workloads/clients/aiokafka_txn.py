@@ -88,7 +88,20 @@ def txn_settings(effective: Mapping[str, str], overrides: Mapping[str, str]) -> 
         raise UnsupportedClientSetting(f"--client-config acks={settings.producer['acks']}: a transactional producer "
                                        "needs acks=all")
     notes = {**settings.notes, "transaction.timeout.ms": "producer transaction_timeout_ms"}
-    return dataclasses.replace(settings, producer={**settings.producer, "transaction_timeout_ms": timeout_ms}, notes=notes)
+    consumer = settings.consumer
+    if "partition.assignment.strategy" not in overrides:
+        # aiokafka 0.14 sends one JoinGroup per configured assignor on every rejoin (the send
+        # sits inside its loop over the assignors; aio-libs/aiokafka#1168, open): the second,
+        # with more protocols than the first, makes the coordinator start another rebalance,
+        # and a group of several copiers can rebalance for ever (a seeded eos run copied
+        # nothing after its brokers came back). One assignor sends one JoinGroup.
+        from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+
+        consumer = {**consumer, "partition_assignment_strategy": (RangePartitionAssignor,)}
+        notes["partition.assignment.strategy"] = ("consumer partition_assignment_strategy range only: aiokafka 0.14 "
+                                                  "sends one JoinGroup per assignor (aio-libs/aiokafka#1168)")
+    return dataclasses.replace(settings, producer={**settings.producer, "transaction_timeout_ms": timeout_ms},
+                               consumer=consumer, notes=notes)
 
 
 def txn_state(producer: AIOKafkaProducer) -> TransactionState:

@@ -7,7 +7,8 @@
 Runs the simulated queue workload (issue 15's measure: 3 brokers, 100 ops per simulated
 second, kill and partition faults) without the check, and prints per run: simulated seconds,
 wall seconds of the simulation loop, their ratio (the figure; goal >= 20x), CPU seconds,
-ops recorded and client requests. The reference, in the same process: the same cluster with
+ops recorded, client requests and the history's sha256 (a speed change must leave it alone:
+the same seed gives the same bytes before and after, so the run means the same). The reference, in the same process: the same cluster with
 no clients and no faults for the same simulated time (the cores' own timers: heartbeats,
 replica fetches), whose ratio bounds what any workload can reach. The load average is printed
 with every figure: on the shared 2-core machine other work skews them.
@@ -47,8 +48,11 @@ def simulated_run(seconds: float, rate: float, brokers: int, nemesis: str, inter
     import json
 
     info = json.loads((run.run_dir / "simulation.json").read_text())
-    ops = sum(1 for _ in open(run.run_dir / "history.jsonl", encoding="utf-8"))
-    return {**info, "cpu_s": cpu, "history_ops": ops}
+    history = (run.run_dir / "history.jsonl").read_bytes()
+    import hashlib
+
+    return {**info, "cpu_s": cpu, "history_ops": history.count(b"\n"),
+            "history_sha256": hashlib.sha256(history).hexdigest()}
 
 
 def idle_cluster(seconds: float, brokers: int, seed: int) -> tuple[float, float]:
@@ -86,7 +90,8 @@ def main() -> None:
             print(f"  seed {seed}: {r['simulated_s']:.1f} simulated s in {r['wall_s']:.2f} wall s: "
                   f"**{r['speed']:.1f}x** simulated s per wall s; {r['cpu_s']:.2f} CPU s "
                   f"({r['simulated_s'] / r['cpu_s']:.1f}x per CPU s), {r['history_ops']} history ops, "
-                  f"{r['client_requests']} client requests  [{load()}]", flush=True)
+                  f"{r['client_requests']} client requests, history sha256 {r['history_sha256'][:16]}  [{load()}]",
+                  flush=True)
     simulated, wall = idle_cluster(args.seconds, args.brokers, args.seed)
     print(f"reference, the same cluster idle (no clients, no faults): {simulated:.0f} simulated s in {wall:.2f} wall s: "
           f"{simulated / wall:.1f}x  [{load()}]")

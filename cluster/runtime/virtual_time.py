@@ -61,19 +61,23 @@ class VirtualTimer:
 class VirtualScheduler:
     def __init__(self, clock: VirtualClock) -> None:
         self.clock = clock
-        self._timers: list[VirtualTimer] = []
+        # Heap entries are (deadline_ns, sequence, timer): the same order as the timers' own,
+        # compared by C tuple comparison instead of the dataclass's Python __lt__ (the
+        # simulation pushes and pops one per message and timer; that __lt__ was ~7 % of a
+        # simulated run's CPU).
+        self._timers: list[tuple[int, int, VirtualTimer]] = []
         self._sequence = itertools.count()
 
     def call_later(self, delay_ms: float, callback: Callable[[], None]) -> VirtualTimer:
         deadline = self.clock.monotonic_ns() + int(max(delay_ms, 0.0) * 1_000_000)
         timer = VirtualTimer(deadline, next(self._sequence), callback)
-        heapq.heappush(self._timers, timer)
+        heapq.heappush(self._timers, (deadline, timer.sequence, timer))
         return timer
 
     def call_at_ns(self, deadline_ns: int, callback: Callable[[], None]) -> VirtualTimer:
         """A timer at an absolute monotonic time (never in the past: at least now)."""
         timer = VirtualTimer(max(deadline_ns, self.clock.monotonic_ns()), next(self._sequence), callback)
-        heapq.heappush(self._timers, timer)
+        heapq.heappush(self._timers, (timer.deadline_ns, timer.sequence, timer))
         return timer
 
     def step(self) -> bool:
@@ -81,7 +85,7 @@ class VirtualScheduler:
         timer is pending. Lets another driver (the simulator's asyncio loop) interleave its
         own work between events on the same timeline."""
         while self._timers:
-            timer = heapq.heappop(self._timers)
+            timer = heapq.heappop(self._timers)[2]
             if timer.cancelled:
                 continue
             self.clock._advance_to(timer.deadline_ns)
@@ -91,7 +95,7 @@ class VirtualScheduler:
 
     @property
     def pending(self) -> int:
-        return sum(1 for t in self._timers if not t.cancelled)
+        return sum(1 for _, _, t in self._timers if not t.cancelled)
 
     def advance(self, delta_ms: float) -> int:
         """Move time forward by `delta_ms`, firing every timer that comes due on the way (at
@@ -99,8 +103,8 @@ class VirtualScheduler:
         many fired."""
         target = self.clock.monotonic_ns() + int(delta_ms * 1_000_000)
         fired = 0
-        while self._timers and self._timers[0].deadline_ns <= target:
-            timer = heapq.heappop(self._timers)
+        while self._timers and self._timers[0][0] <= target:
+            timer = heapq.heappop(self._timers)[2]
             if timer.cancelled:
                 continue
             self.clock._advance_to(timer.deadline_ns)

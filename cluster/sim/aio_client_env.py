@@ -221,6 +221,15 @@ _str_hashes: dict[str, int] = {}  # looked up, never iterated: its own order doe
 
 def _hash_fields(self: tuple[Any, ...]) -> int:
     # Hot (every set and dict operation on a partition): topic names' digests are cached.
+    if len(self) == 2:
+        # A TopicPartition (topic, partition), nearly every call: the same hash as the loop
+        # below gives it, without building a list.
+        topic, partition = self
+        if topic.__class__ is str and partition.__class__ is int:
+            digest = _str_hashes.get(topic)
+            if digest is None:
+                digest = _str_hashes[topic] = stable_hash(topic)
+            return hash((digest, partition))
     fields = []
     for value in self:
         cls = value.__class__

@@ -41,7 +41,7 @@ def test_jepsens_non_idempotent_producer_maps_too() -> None:
     ("acks", "2", "acks all, -1, 0 or 1"),
     ("compression.type", "zstd", "none or gzip"),
     ("partition.assignment.strategy", "cooperative-sticky", "range and roundrobin"),
-    ("transactional.id", "x", "transactions are not simulated"),
+    ("transactional.id", "x", "only the transactional workloads' producers have one"),
     ("queue.buffering.max.kbytes", "10", "not known to the simulated client"),
     ("session.timeout.ms", "soon", "not an integer"),
 ])

@@ -1,5 +1,7 @@
 """The controller core (sans-I/O): every request it serves either reads the metadata image or
-appends records to the metadata log (durably) and applies them to the image, then answers.
+appends records to the metadata log through the metadata quorum (cluster/quorum/api.py: Raft,
+a majority of one for a single controller) and applies them to the image, then answers once
+they are committed. Only the quorum's leader decides; the others answer NOT_CONTROLLER.
 
 Decisions follow KRaft (reference/kafka-reliability.md §1.3, §2.2-2.3):
 - broker epoch = offset of the broker's registration record; a registration starts fenced
@@ -31,7 +33,6 @@ from cluster.broker.topics import InvalidTopicError, check_topic_name, new_topic
 from cluster.controller.config import ControllerConfig
 from cluster.controller.elections import IsrProposal, check_isr_proposal, reelect
 from cluster.controller.image_snapshot import copy_image, decode_image, encode_image
-from cluster.controller.metadata_log import MetadataLog
 from cluster.controller.not_controller import not_controller_body
 from cluster.controller.placement import assign_replicas, check_topic_configs
 from cluster.controller.elect_leaders import plan_election
@@ -113,7 +114,7 @@ class _MetadataWaiter:
 
 class Controller:
     def __init__(self, config: ControllerConfig, disk: Any, clock: Clock, scheduler: Scheduler, rng: Rng,
-                 quorum_factory: QuorumFactory | None = None, quorum_versions: Mapping[ApiKey, VersionRange] | None = None) -> None:
+                 quorum_factory: QuorumFactory, quorum_versions: Mapping[ApiKey, VersionRange] | None = None) -> None:
         self.config = config
         # What the connection layer decodes: the controller's APIs and, with a quorum, its own.
         self.versions = {**quorum_versions, **CONTROLLER_VERSIONS} if quorum_versions else CONTROLLER_VERSIONS
@@ -127,13 +128,10 @@ class Controller:
         # on a standby it is the committed image itself.
         self.image = MetadataImage()
         self.committed_image = self.image
-        # Without a quorum factory: the single controller on its own durable MetadataLog
-        # (the path before the quorum existed; every append is committed when fsynced).
-        self.metadata_log: MetadataLog | None = None
         self._quorum_factory = quorum_factory
         self.quorum: MetadataQuorum | None = None
         self.voter_ids = frozenset(QuorumVoters.parse(config.quorum_voters).voters) if config.quorum_voters else frozenset({config.node_id})
-        self._active = False  # leads the quorum (always, once started, on the MetadataLog path)
+        self._active = False  # leads the quorum and has applied everything committed before
         self.epoch = -1  # the quorum epoch this node leads, or -1
         self._appended_end = 0  # end offset of the last append of this epoch
         self._committed_end = 0  # end offset of the last append known committed
@@ -178,24 +176,14 @@ class Controller:
         return self._active
 
     def start(self) -> None:
-        """With a quorum: start the Raft node; the image comes through on_commit and this node
-        decides only from on_become_leader on. Without one: recover the metadata log and
-        replay it. Either way every live registration gets a fresh session when this node
-        becomes active (a grace period, as after a KRaft controller failover)."""
+        """Start the Raft node: the image comes through on_commit (a restart replays the
+        recovered log, or loads the snapshot first) and this node decides only from
+        on_become_leader on, when every live registration gets a fresh session (a grace
+        period, as after a KRaft controller failover)."""
         self._running = True
-        if self._quorum_factory is not None:
-            self.quorum = self._quorum_factory(self)
-            self.quorum.start()
-            log.info("controller %d started on the metadata quorum (voters %s)", self.config.node_id, sorted(self.voter_ids))
-            return
-        if len(self.voter_ids) > 1:
-            raise ValueError(f"controller.quorum.voters names {len(self.voter_ids)} voters but this controller has no metadata quorum")
-        self.metadata_log = MetadataLog(self.disk, self.config.data_dir, self.clock.wall_ms())
-        for offset, record in self.metadata_log.replay():
-            self.image.apply(record, offset)
-        self._activate()
-        log.info("controller %d started: metadata log ends at %d, %d brokers, %d topics", self.config.node_id,
-                 self.metadata_log.end_offset, len(self.image.brokers), len(self.image.topics_by_name))
+        self.quorum = self._quorum_factory(self)
+        self.quorum.start()
+        log.info("controller %d started on the metadata quorum (voters %s)", self.config.node_id, sorted(self.voter_ids))
 
     def _activate(self) -> None:
         """Start deciding: fresh sessions for every registered broker, then the session check."""
@@ -231,8 +219,6 @@ class Controller:
             if waiter.timer is not None:
                 waiter.timer.cancel()
         self._waiters.clear()
-        if self.metadata_log is not None:
-            self.metadata_log.close()
 
     # ---- the quorum's listener (cluster.quorum.api.QuorumListener) --------------------------
 
@@ -299,13 +285,14 @@ class Controller:
         if replica is None:
             state = getattr(request.body, "replica_state", None)
             replica = getattr(state, "replica_id", None)
-        return replica is not None and int(replica) in self.voter_ids
+        # A voter never fetches from itself: that id is a combined-mode broker sharing the node id.
+        return replica is not None and int(replica) in self.voter_ids and int(replica) != self.config.node_id
 
     def _answer(self, request: Request, reply: Reply, body: Any) -> None:
         """Answer once every record appended so far is committed (at once without a quorum,
         or when nothing is pending); NOT_CONTROLLER if leadership is lost first."""
         response = self._respond(request, body)
-        if self.quorum is None or self._committed_end >= self._appended_end:
+        if self._committed_end >= self._appended_end:
             reply(response)
             return
         self._barriers.append(_Barrier(self._appended_end, request, reply, response))
@@ -316,19 +303,11 @@ class Controller:
     # ---- the log ---------------------------------------------------------------------
 
     def commit(self, records: list[MetadataRecord]) -> int:
-        """Append `records` as one atomic batch and apply them to the working image; returns
-        the offset of the first. Without a quorum the batch is durable (fsynced) and
-        committed on return; with one it is committed later, and answers given through
-        `_answer` wait for it. Raises NotActiveController when this node does not lead."""
-        if self.quorum is None:
-            assert self.metadata_log is not None
-            if not records:
-                return self.metadata_log.end_offset
-            base = self.metadata_log.append(records, self.clock.wall_ms())
-            for i, record in enumerate(records):
-                self.image.apply(record, base + i)
-            self._wake_waiters()
-            return base
+        """Append `records` through the quorum as one atomic batch and apply them to the
+        working image; returns the offset of the first. The batch is committed later (once
+        fsynced on a majority of voters), and answers given through `_answer` wait for it.
+        Raises NotActiveController when this node does not lead."""
+        assert self.quorum is not None
         if not self._active:
             raise NotActiveController(f"controller {self.config.node_id} does not lead")
         if not records:
@@ -355,9 +334,7 @@ class Controller:
 
     def _next_append_offset(self) -> int:
         """The offset the next appended record gets."""
-        if self.quorum is None:
-            assert self.metadata_log is not None
-            return self.metadata_log.end_offset
+        assert self.quorum is not None
         return self.quorum.state.log_end_offset
 
     def _release_barriers(self) -> None:
@@ -791,9 +768,7 @@ class Controller:
 
     def _committed_log_end(self) -> int:
         """Where the committed metadata log ends (brokers read only below it)."""
-        if self.quorum is None:
-            assert self.metadata_log is not None
-            return self.metadata_log.end_offset
+        assert self.quorum is not None
         return self.quorum.state.high_watermark
 
     def _answer_fetch(self, waiter: _MetadataWaiter) -> None:
@@ -813,10 +788,8 @@ class Controller:
         try:
             if waiter.fetch_offset > end or waiter.fetch_offset < 0:
                 raise OffsetOutOfRangeError(waiter.fetch_offset, 0, end)
-            if self.quorum is None:
-                assert self.metadata_log is not None
-                result.records = self.metadata_log.read(waiter.fetch_offset, max(waiter.max_bytes, 1))
-            elif waiter.fetch_offset < end:
+            if waiter.fetch_offset < end:
+                assert self.quorum is not None
                 result.records = self.quorum.read_committed(waiter.fetch_offset, max(waiter.max_bytes, 1))
         except OffsetOutOfRangeError:
             result.error_code = ErrorCode.offset_out_of_range.value

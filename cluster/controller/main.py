@@ -1,11 +1,11 @@
 """The controller process: `python -m cluster.controller.main --node-id 1000 --host 127.0.0.9
 --port 9093 --data-dir D [--config k=v ...] [--ready-file F] [--log-file F] [--seed N]`.
 
-With `--config controller.quorum.voters=ID@HOST:PORT,...` naming several voters it is one
-node of the metadata quorum (cluster/quorum/raft.py): it replicates the metadata log with
-the other voters, decides only while it leads, and journals what it saw for the checks
-after a run (quorum_journal.py). Alone, it recovers and replays its own metadata log.
-Either way it listens and writes the ready file (JSON host, port, pid) once it serves.
+It is a node of the metadata quorum (cluster/quorum/raft.py): with `--config
+controller.quorum.voters=ID@HOST:PORT,...` naming several voters it replicates the metadata
+log with the others; alone it is a quorum of one. It decides only while it leads, and
+journals what it saw for the checks after a run (quorum_journal.py). It listens and writes
+the ready file (JSON host, port, pid) once it serves.
 SIGTERM and SIGINT close it cleanly; SIGKILL loses nothing, because every decision is
 fsynced before it is acted on.
 """
@@ -72,18 +72,14 @@ async def serve(config: ControllerConfig, seed: int, ready_file: str | None) -> 
     config = dataclasses.replace(config, port=server.sockets[0].getsockname()[1])
     disk = OsDisk()
     clock, scheduler, rng = SystemClock(), AsyncioScheduler(loop), random.Random(seed)
-    outbound: AsyncioOutbound | None = None
-    journal: JournalFile | None = None
-    if uses_quorum(config):
-        outbound = AsyncioOutbound(loop, config.host, f"controller-{config.node_id}")
-        journal = JournalFile(config.data_dir, config.node_id)
-        observer = journal.role
-        factory = raft_factory(config, disk, clock, scheduler, random.Random(rng.getrandbits(64)), outbound,
-                               lambda t: observer(t.epoch, t.role, t.leader_id))
-        controller = Controller(config, disk, clock, scheduler, rng, factory, quorum_versions())
-        controller.on_committed = journal.commit
-    else:
-        controller = Controller(config, disk, clock, scheduler, rng)
+    # Every controller process is a voter of the Raft quorum (alone: a majority of one), and
+    # journals what it saw for the checks after a run.
+    outbound = AsyncioOutbound(loop, config.host, f"controller-{config.node_id}")
+    journal = JournalFile(config.data_dir, config.node_id)
+    factory = raft_factory(config, disk, clock, scheduler, random.Random(rng.getrandbits(64)), outbound,
+                           lambda t: journal.role(t.epoch, t.role, t.leader_id))
+    controller = Controller(config, disk, clock, scheduler, rng, factory, quorum_versions())
+    controller.on_committed = journal.commit
     controller.start()
     await server.start_serving()
     stop = asyncio.Event()
@@ -95,17 +91,12 @@ async def serve(config: ControllerConfig, seed: int, ready_file: str | None) -> 
     await stop.wait()
     server.close()
     controller.shutdown()
-    if outbound is not None:
-        outbound.close_all()
-    if journal is not None:
-        journal.close()
+    outbound.close_all()
+    journal.close()
     disk.close()
     log.info("controller %d stopped", config.node_id)
 
 
-def uses_quorum(config: ControllerConfig) -> bool:
-    """Several voters replicate through the Raft quorum; one runs on its own metadata log."""
-    return len(config.quorum_voters.split(",")) > 1 if config.quorum_voters else False
 
 
 def main(argv: list[str] | None = None) -> int:

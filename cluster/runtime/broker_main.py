@@ -83,13 +83,18 @@ async def _combined_controller(config: BrokerConfig, loop: asyncio.AbstractEvent
     """Combined mode: the controller core in this process, on its own port."""
     from cluster.controller.config import ControllerConfig
     from cluster.controller.core import Controller
+    from cluster.controller.quorum_node import quorum_versions, raft_factory
 
     controller: Controller | None = None
     server = await loop.create_server(lambda: BrokerConnection(controller), config.host, 0, reuse_address=True, start_serving=False)
     port = server.sockets[0].getsockname()[1]
     controller_config = ControllerConfig.from_properties(config.broker_id, config.host, port, os.path.join(config.data_dir, "controller"),
                                                          dict(config.properties))
-    controller = Controller(controller_config, OsDisk(), SystemClock(), AsyncioScheduler(loop), random.Random(seed ^ 0x5EED))
+    disk, clock, scheduler, rng = OsDisk(), SystemClock(), AsyncioScheduler(loop), random.Random(seed ^ 0x5EED)
+    # The only voter of its own metadata quorum (a majority of one: it sends nothing to peers).
+    outbound = AsyncioOutbound(loop, config.host, f"controller-{config.broker_id}")
+    factory = raft_factory(controller_config, disk, clock, scheduler, random.Random(rng.getrandbits(64)), outbound)
+    controller = Controller(controller_config, disk, clock, scheduler, rng, factory, quorum_versions())
     controller.start()
     await server.start_serving()
     log.info("combined mode: controller %d on %s:%d", config.broker_id, config.host, port)

@@ -20,7 +20,7 @@ from cluster.config import BrokerConfig
 from cluster.controller.config import ControllerConfig
 from cluster.controller.core import CONTROLLER_VERSIONS, Controller
 from cluster.controller.quorum_journal import ControllerJournal, describe_quorum, node_view
-from cluster.controller.quorum_node import quorum_available, quorum_versions, raft_factory
+from cluster.controller.quorum_node import quorum_versions, raft_factory
 from cluster.protocol.codec import build, request_class
 from cluster.runtime.virtual_time import NodeClock, VirtualClock, VirtualScheduler
 from cluster.sim.link_fault import LinkFault, LinkFaultError
@@ -129,8 +129,6 @@ class SimCluster:
                  controller_observer: Callable[[Any], None] | None = None) -> None:
         if not 1 <= controllers <= MAX_CONTROLLERS:
             raise ValueError(f"controllers={controllers}: the simulated cluster runs 1-{MAX_CONTROLLERS} controllers")
-        if controllers > 1 and not quorum_available():
-            raise ValueError(f"controllers={controllers} needs the metadata quorum (cluster/quorum/raft.py), which this checkout lacks")
         self.seed = seed
         self.rng = random.Random(seed)
         self.clock = VirtualClock()
@@ -141,15 +139,14 @@ class SimCluster:
                            "transaction.state.log.min.isr": str(min(2, n_brokers)), **(properties or {})}
         self._broker_properties = {b: dict(p) for b, p in (broker_properties or {}).items()}
         self.controller_endpoint = Endpoint(CONTROLLER_ID, CONTROLLER_HOST, CONTROLLER_PORT)
-        # Several controllers replicate the metadata log through the Raft quorum; a single
-        # one runs on its own metadata log.
-        self.uses_quorum = controllers > 1
         self._controller_observer = controller_observer
         self._controllers = {CONTROLLER_ID + i: _ControllerSlot(CONTROLLER_ID + i) for i in range(controllers)}
         self.voters = ",".join(f"{c.node_id}@{c.host}:{CONTROLLER_PORT}" for c in self._controllers.values())
         self._slots = {b: _BrokerSlot(b) for b in range(n_brokers)}
         self._client = VirtualOutbound(self.network, CLIENT_HOST)
-        versions = {**quorum_versions(), **CONTROLLER_VERSIONS} if self.uses_quorum else CONTROLLER_VERSIONS
+        # The controllers replicate the metadata log through the Raft quorum (a single one is
+        # a quorum of one: it commits what it has fsynced).
+        versions = {**quorum_versions(), **CONTROLLER_VERSIONS}
         for slot in self._controllers.values():
             self.network.add_node(SimNode(slot.endpoint, self._controller_handle(slot.node_id), versions))
         for broker_id in self._slots:
@@ -179,7 +176,7 @@ class SimCluster:
         controller leads. A paused or cut-off former leader may still believe it leads: the
         one of the highest epoch is the active one."""
         running = [s.controller for s in self._controllers.values() if s.controller is not None]
-        if not self.uses_quorum:
+        if len(self._controllers) == 1:
             return running[0] if running else None
         return max((c for c in running if c.is_active), key=lambda c: c.epoch, default=None)
 
@@ -204,27 +201,22 @@ class SimCluster:
         slot.scheduler = NodeScheduler(self.scheduler, self.network, slot.host)
         if slot.clock is None:
             slot.clock = NodeClock(self.clock)
-        props = dict(self.properties)
-        if self.uses_quorum:
-            props["controller.quorum.voters"] = self.voters
+        props = {**self.properties, "controller.quorum.voters": self.voters}
         config = ControllerConfig.from_properties(node_id, slot.host, CONTROLLER_PORT, f"/controller-{node_id}", props)
         rng = random.Random(self.rng.getrandbits(64))
-        if self.uses_quorum:
-            slot.outbound = self.network.outbound_for(slot.host)
-            if slot.journal is None:
-                slot.journal = ControllerJournal(node_id)
-            journal = slot.journal
+        slot.outbound = self.network.outbound_for(slot.host)
+        if slot.journal is None:
+            slot.journal = ControllerJournal(node_id)
+        journal = slot.journal
 
-            def observe(transition: Any) -> None:
-                journal.role(transition.epoch, transition.role, transition.leader_id)
-                if self._controller_observer is not None:
-                    self._controller_observer(transition)
+        def observe(transition: Any) -> None:
+            journal.role(transition.epoch, transition.role, transition.leader_id)
+            if self._controller_observer is not None:
+                self._controller_observer(transition)
 
-            factory = raft_factory(config, slot.disk, slot.clock, slot.scheduler, random.Random(rng.getrandbits(64)), slot.outbound, observe)
-            slot.controller = Controller(config, slot.disk, slot.clock, slot.scheduler, rng, factory, quorum_versions())
-            slot.controller.on_committed = lambda offset, epoch, value: journal.commit(offset, epoch, value)
-        else:
-            slot.controller = Controller(config, slot.disk, slot.clock, slot.scheduler, rng)
+        factory = raft_factory(config, slot.disk, slot.clock, slot.scheduler, random.Random(rng.getrandbits(64)), slot.outbound, observe)
+        slot.controller = Controller(config, slot.disk, slot.clock, slot.scheduler, rng, factory, quorum_versions())
+        slot.controller.on_committed = lambda offset, epoch, value: journal.commit(offset, epoch, value)
         slot.controller.start()
         return slot.controller
 
@@ -250,7 +242,6 @@ class SimCluster:
         what a run's checks read, with `violations` and `valid`."""
         from cluster.quorum.log import ReplicatedLog
 
-        assert self.uses_quorum, "a single controller has no quorum to judge"
         views, journals = [], []
         for node_id, slot in sorted(self._controllers.items()):
             journal = slot.journal or ControllerJournal(node_id)

@@ -112,7 +112,7 @@ def execute_sim(run: Run, fault_ops: Sequence[FaultOp] | None = None, *, check_h
             raise HarnessError(f"the simulated run did not end within {SLACK_S:g} simulated s of its phases' limits") from None
         speed = runtime.speed
     run.history.close()
-    if sim.uses_quorum:
+    if len(sim.controller_ids) > 1:
         from harness.quorum_report import write_quorum_report
 
         write_quorum_report(run.run_dir, sim.quorum_report(), run.log)

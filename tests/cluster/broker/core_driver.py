@@ -24,6 +24,7 @@ from cluster.broker.env import ClientInfo, Endpoint, Response
 from cluster.config import BrokerConfig
 from cluster.controller.config import ControllerConfig
 from cluster.controller.core import Controller
+from cluster.controller.quorum_node import quorum_versions, raft_factory
 from cluster.protocol.codec import build, decode_request
 from cluster.protocol.versions import ApiKey
 from cluster.runtime.virtual_time import VirtualClock, VirtualScheduler
@@ -94,7 +95,7 @@ class CoreDriver:
         self.controller: Controller | None = None
         self._node_scheduler: NodeScheduler | None = None
         self._outbound: VirtualOutbound | None = None
-        self.network.add_node(SimNode(CONTROLLER_ENDPOINT, self._controller_handle, Controller.versions))
+        self.network.add_node(SimNode(CONTROLLER_ENDPOINT, self._controller_handle, {**quorum_versions(), **Controller.versions}))
         self.broker = self._start()
         self._correlation = 0
 
@@ -108,7 +109,11 @@ class CoreDriver:
         self._outbound = self.network.outbound_for(HOST)
         rng = random.Random(self.seed)
         controller_config = ControllerConfig.from_properties(BROKER_ID, HOST, CONTROLLER_PORT, f"{DATA_DIR}/controller", self.properties)
-        self.controller = Controller(controller_config, self.disk, self.clock, self._node_scheduler, random.Random(rng.getrandbits(64)))
+        # The combined controller is the only voter of its metadata quorum (its own draws come
+        # from a seed of their own, so the broker's and the controller's stay as they were).
+        factory = raft_factory(controller_config, self.disk, self.clock, self._node_scheduler, random.Random(self.seed ^ 0x5AF7), self._outbound)
+        self.controller = Controller(controller_config, self.disk, self.clock, self._node_scheduler, random.Random(rng.getrandbits(64)),
+                                     factory, quorum_versions())
         self.controller.start()
         config = BrokerConfig.from_properties(BROKER_ID, HOST, PORT, DATA_DIR, self.properties)
         broker = Broker(config, self.disk, self.clock, self._node_scheduler, random.Random(rng.getrandbits(64)), self._outbound,

@@ -21,13 +21,14 @@ from kio.schema.errors import ErrorCode
 from cluster.broker.env import ClientInfo, Response, TimerHandle
 from cluster.controller.config import ControllerConfig
 from cluster.controller.core import Controller
+from cluster.controller.quorum_node import quorum_versions, raft_factory
 from cluster.metadata.image import PartitionState
 from cluster.metadata.records import METADATA_TOPIC, MetadataRecord, decode_record
 from cluster.protocol.codec import build, decode_request, decode_response, encode_request, payload_class, request_class
 from cluster.protocol.records import read_records
 from cluster.protocol.versions import ApiKey
 from cluster.runtime.virtual_time import VirtualClock, VirtualScheduler
-from cluster.storage.batch import split_batches
+from cluster.storage.batch import parse_header, split_batches
 from cluster.storage.disk import MemoryDisk
 
 DATA_DIR = "/controller"
@@ -59,6 +60,16 @@ class IncarnationScheduler:
         return self._scheduler.call_later(delay_ms, fire)
 
 
+class NoPeers:
+    """The outbound of a single voter: it has no peer to send to, so any send is a bug."""
+
+    def send(self, destination: Any, api_key: int, api_version: int, body: Any, on_done: Any, timeout_ms: int) -> None:
+        raise AssertionError(f"a single voter sent API {api_key} to {destination}")
+
+    def close(self, destination: Any) -> None:
+        pass
+
+
 class Answer:
     def __init__(self) -> None:
         self.response: Response | None = None
@@ -86,8 +97,13 @@ class ControllerDriver:
     def _start(self) -> Controller:
         self._node = IncarnationScheduler(self.scheduler)
         config = ControllerConfig.from_properties(CONTROLLER_ID, HOST, PORT, DATA_DIR, self.properties)
-        controller = Controller(config, self.disk, self.clock, self._node, random.Random(self.seed))
+        rng = random.Random(self.seed)
+        # The only voter of its metadata quorum, as every single controller runs: it commits
+        # what it has fsynced and never sends to a peer.
+        factory = raft_factory(config, self.disk, self.clock, self._node, random.Random(rng.getrandbits(64)), NoPeers())
+        controller = Controller(config, self.disk, self.clock, self._node, rng, factory, quorum_versions())
         controller.start()
+        self.run_until(lambda: controller.is_active, 5_000, "the single controller leading its quorum")
         return controller
 
     def restart(self, crash: bool = False) -> None:
@@ -110,7 +126,7 @@ class ControllerDriver:
     def send(self, api_key: int, version: int, body: Any) -> Answer:
         self._correlation += 1
         frame = encode_request(api_key, version, self._correlation, "tester", body)
-        request = decode_request(frame[4:], supported=Controller.versions)
+        request = decode_request(frame[4:], supported=self.controller.versions)
         answer = Answer()
         self.controller.handle(request, ClientInfo("tester", f"/{HOST}"), answer)
         return answer
@@ -231,8 +247,9 @@ class ControllerDriver:
 
     @property
     def end_offset(self) -> int:
-        assert self.controller.metadata_log is not None
-        return self.controller.metadata_log.end_offset
+        """Where the committed metadata log ends."""
+        assert self.controller.quorum is not None
+        return self.controller.quorum.state.high_watermark
 
     def fetch_body(self, offset: int, max_wait_ms: int = 0, version: int = 12, by_id: bool = False) -> Any:
         from cluster.metadata.records import METADATA_TOPIC_ID
@@ -257,6 +274,8 @@ def fetched_records(body: Any) -> list[tuple[int, MetadataRecord]]:
     assert partition.error_code == ErrorCode.none, partition.error_code
     out: list[tuple[int, MetadataRecord]] = []
     for _, batch in split_batches(partition.records or b""):
+        if parse_header(batch).is_control:
+            continue  # the quorum's own record (a leader change)
         for record in read_records(bytes(batch)):
             out.append((record.offset, decode_record(record.value, f"at offset {record.offset}")))
     return out

@@ -18,6 +18,7 @@ from cluster.broker.producer_ids import ProducerIdAllocator
 from cluster.config import BrokerConfig
 from cluster.controller.config import ControllerConfig
 from cluster.controller.core import Controller
+from cluster.controller.quorum_node import quorum_versions, raft_factory
 from cluster.metadata.image import MetadataDelta, MetadataImage
 from cluster.protocol.codec import build, request_class
 from cluster.protocol.versions import ApiKey
@@ -73,7 +74,7 @@ class World:
         self.seed = 11
         self.controller: Controller | None = None
         self._controller_scheduler: NodeScheduler | None = None
-        self.network.add_node(SimNode(CONTROLLER, self._handle, Controller.versions))
+        self.network.add_node(SimNode(CONTROLLER, self._handle, {**quorum_versions(), **Controller.versions}))
         self.start_controller()
         self.nodes: dict[int, Node] = {}
 
@@ -85,7 +86,10 @@ class World:
         self.network.revive(CONTROLLER.host)
         self._controller_scheduler = NodeScheduler(self.scheduler, self.network, CONTROLLER.host)
         config = ControllerConfig.from_properties(CONTROLLER.node_id, CONTROLLER.host, CONTROLLER.port, "/controller", PROPERTIES)
-        self.controller = Controller(config, self.disk, self.clock, self._controller_scheduler, random.Random(self.seed))
+        rng = random.Random(self.seed)
+        factory = raft_factory(config, self.disk, self.clock, self._controller_scheduler, random.Random(rng.getrandbits(64)),
+                               self.network.outbound_for(CONTROLLER.host))
+        self.controller = Controller(config, self.disk, self.clock, self._controller_scheduler, rng, factory, quorum_versions())
         self.controller.start()
 
     def crash_controller(self) -> None:
@@ -149,7 +153,7 @@ def test_register_unfence_and_follow_the_log(world: World) -> None:
     assert not a.client.fenced
     result = create_topic(a, "t", partitions=3, replication_factor=2)
     assert result.ok and result.body.topics[0].error_code == ErrorCode.none
-    end = world.controller.metadata_log.end_offset
+    end = world.controller.committed_image.next_offset
     world.run_until(lambda: a.client.image.next_offset == end and b.client.image.next_offset == end, 2000, "metadata caught up")
     # Both brokers applied the same records in the same order: their images equal the controller's.
     for node in (a, b):
@@ -242,7 +246,7 @@ def test_controller_crash_and_restart_keeps_registrations_and_epochs(world: Worl
     result = create_topic(b, "u", partitions=1, replication_factor=2)
     assert result.ok and result.body.topics[0].error_code == ErrorCode.none
     world.run_until(lambda: a.client.image.topic("u") is not None, 2000, "new topic reached broker 0")
-    assert a.client.image.next_offset == world.controller.metadata_log.end_offset
+    assert a.client.image.next_offset == world.controller.committed_image.next_offset
 
 
 def test_broker_cut_off_is_fenced_then_unfenced_with_the_same_epoch(world: World) -> None:

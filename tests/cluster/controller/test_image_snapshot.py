@@ -17,7 +17,8 @@ from cluster.protocol.codec import build, request_class
 from cluster.protocol.versions import ApiKey
 from cluster.runtime.virtual_time import VirtualClock, VirtualScheduler
 from cluster.storage.disk import MemoryDisk
-from tests.cluster.controller.driver import ControllerDriver
+from cluster.controller.quorum_node import raft_factory
+from tests.cluster.controller.driver import ControllerDriver, NoPeers
 from tests.cluster.controller.test_metadata_log import busy_history, snapshot
 
 
@@ -42,8 +43,8 @@ def test_the_listener_snapshot_is_the_committed_image_and_loads_into_another_con
     end_offset, data = controller.controller.snapshot()
     assert end_offset == controller.end_offset == controller.controller.image.next_offset
     clock = VirtualClock()
-    other = Controller(ControllerConfig.from_properties(1000, "127.0.0.9", 9093, "/other", {}), MemoryDisk(), clock,
-                       VirtualScheduler(clock), random.Random(1))
+    config, disk, scheduler = ControllerConfig.from_properties(1000, "127.0.0.9", 9093, "/other", {}), MemoryDisk(), VirtualScheduler(clock)
+    other = Controller(config, disk, clock, scheduler, random.Random(1), raft_factory(config, disk, clock, scheduler, random.Random(2), NoPeers()))
     other.load_snapshot(end_offset, data)
     assert snapshot(other.image) == snapshot(controller.controller.image)
     assert other.committed_image is other.image
@@ -68,21 +69,19 @@ def test_controller_quorum_voters_must_name_the_controller() -> None:
         ControllerConfig.from_properties(1000, "127.0.0.9", 9093, "/c", {"controller.quorum.voters": "1000@nowhere"})
 
 
-def test_several_voters_without_a_quorum_refuse_to_start() -> None:
-    props = {"controller.quorum.voters": "1000@127.0.0.9:9093,1001@127.0.0.8:9093"}
-    clock = VirtualClock()
-    controller = Controller(ControllerConfig.from_properties(1000, "127.0.0.9", 9093, "/c", props), MemoryDisk(), clock,
-                            VirtualScheduler(clock), random.Random(1))
-    with pytest.raises(ValueError, match="2 voters but this controller has no metadata quorum"):
-        controller.start()
-
-
-def test_the_single_controller_answers_in_the_handler(controller: ControllerDriver) -> None:
-    """One voter on the MetadataLog path: every answer is given before the handler returns,
-    with no virtual time passing, as before the quorum existed."""
+def test_answers_wait_for_the_commit_and_are_refused_when_leadership_ends_first(controller: ControllerDriver) -> None:
+    """A decision is answered once the quorum has committed it (after the append's own
+    event, even for a single voter), and NOT_CONTROLLER if the controller stops leading
+    before that: the broker then asks the next active controller."""
     controller.start_brokers([0])
-    answer = controller.send(ApiKey.ALLOCATE_PRODUCER_IDS, 0, build(request_class(ApiKey.ALLOCATE_PRODUCER_IDS, 0), broker_id=0,
-                                                                    broker_epoch=controller.epochs[0]))
-    assert answer.response is not None
+    body = build(request_class(ApiKey.ALLOCATE_PRODUCER_IDS, 0), broker_id=0, broker_epoch=controller.epochs[0])
+    answer = controller.send(ApiKey.ALLOCATE_PRODUCER_IDS, 0, body)
+    assert answer.response is None  # appended, not yet committed
+    controller.run_until(lambda: answer.response is not None, 1_000, "the committed answer")
     assert controller.result(ApiKey.ALLOCATE_PRODUCER_IDS, 0, answer).error_code == ErrorCode.none
-    assert controller.controller.is_active and controller.controller.failovers == 1
+    pending = controller.send(ApiKey.ALLOCATE_PRODUCER_IDS, 0, body)
+    assert pending.response is None
+    controller.controller.shutdown()  # resigns before the commit
+    refused = controller.result(ApiKey.ALLOCATE_PRODUCER_IDS, 0, pending)
+    assert refused.error_code == ErrorCode.not_controller and refused.producer_id_start == -1
+    assert not controller.controller.is_active

@@ -1,6 +1,6 @@
-"""The durable metadata log: the controller's restart replays it to the identical image, a
-crash loses no decision that was answered, and a corrupt record stops the start naming its
-offset."""
+"""The durable metadata log (the quorum's, with one voter): the controller's restart replays it
+to the identical image, a crash loses no decision that was answered, a torn tail is cut, and
+a corrupt record stops the start naming its offset."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import random
 import pytest
 from kio.schema.errors import ErrorCode
 
-from cluster.controller.metadata_log import LOG_DIR_NAME, MetadataLog
+from cluster.quorum.log import LOG_DIR_NAME
+from cluster.storage.config import LogConfig
+from cluster.storage.log import PartitionLog
 from cluster.metadata.image import MetadataImage
 from cluster.metadata.records import MetadataRecordError, RemoveTopicRecord, encode_record
 from cluster.protocol.records import Record, build_batch
@@ -65,8 +67,6 @@ def test_torn_tail_is_cut_on_start(controller: ControllerDriver) -> None:
     end = controller.end_offset
     image_before = snapshot(controller.controller.image)
     # A decision being written when the power went: half its batch reached the disk unsynced.
-    log = controller.controller.metadata_log
-    assert log is not None
     topic = controller.controller.image.topic("t")
     batch = build_batch([Record(None, encode_record(RemoveTopicRecord(str(topic.topic_id))))], base_offset=end, timestamp_ms=0)
     handle_path = f"{DATA_DIR}/{LOG_DIR_NAME}"
@@ -76,23 +76,28 @@ def test_torn_tail_is_cut_on_start(controller: ControllerDriver) -> None:
     handle.fsync()
     handle.close()
     controller.restart(crash=True)
-    assert controller.end_offset == end
-    assert snapshot(controller.controller.image) == image_before
-    # The log goes on from the cut: the next decision lands where the torn one would have.
+    # Cut at `end`, where the restarted controller's new epoch begins (its leader-change
+    # record, which changes no metadata, takes that offset).
+    assert controller.end_offset == end + 1
+    assert snapshot(controller.controller.image)[1:] == image_before[1:]
+    # The log goes on from the cut: the next decision lands right after the leader change.
     assert controller.create_topic("u", partitions=1, replication_factor=1).error_code == ErrorCode.none
-    assert controller.records(end)[0][0] == end
+    assert controller.records(end)[0][0] == end + 1
     controller.restart(crash=True)
     assert controller.controller.image.topic("u") is not None
 
 
 def test_corrupt_record_stops_the_start_naming_its_offset(controller: ControllerDriver) -> None:
     controller.start_brokers([0])
+    epoch = controller.controller.epoch
     controller.controller.shutdown()
-    # A batch whose checksum is right but whose record is not a metadata record.
-    log = MetadataLog(controller.disk, DATA_DIR, now_ms=0)
-    bad_offset = log.end_offset
-    log.log.append(build_batch([Record(None, b"{\"type\": \"no-such-record\"}")], base_offset=bad_offset, timestamp_ms=0), now_ms=0)
-    log.log.flush()
+    # A batch whose checksum is right but whose record is not a metadata record, in the
+    # epoch that wrote the log so far (as a leader would have appended it).
+    log = PartitionLog.open(controller.disk, f"{DATA_DIR}/{LOG_DIR_NAME}", LogConfig(retention_ms=None), now_ms=0)
+    bad_offset = log.log_end_offset
+    log.append(build_batch([Record(None, b"{\"type\": \"no-such-record\"}")], base_offset=bad_offset, timestamp_ms=0,
+                           partition_leader_epoch=epoch), now_ms=0)
+    log.flush()
     log.close()
     with pytest.raises(MetadataRecordError, match=f"offset {bad_offset}\\b"):
         controller.restart(crash=True)

@@ -126,7 +126,8 @@ class _BrokerSlot:
 class SimCluster:
     def __init__(self, n_brokers: int = 3, properties: Mapping[str, str] | None = None, seed: int = 1,
                  broker_properties: Mapping[int, Mapping[str, str]] | None = None, controllers: int = 1,
-                 controller_observer: Callable[[Any], None] | None = None) -> None:
+                 controller_observer: Callable[[Any], None] | None = None,
+                 controller_properties: Mapping[int, Mapping[str, str]] | None = None) -> None:
         if not 1 <= controllers <= MAX_CONTROLLERS:
             raise ValueError(f"controllers={controllers}: the simulated cluster runs 1-{MAX_CONTROLLERS} controllers")
         self.seed = seed
@@ -140,6 +141,7 @@ class SimCluster:
         self._broker_properties = {b: dict(p) for b, p in (broker_properties or {}).items()}
         self.controller_endpoint = Endpoint(CONTROLLER_ID, CONTROLLER_HOST, CONTROLLER_PORT)
         self._controller_observer = controller_observer
+        self._controller_properties = {c: dict(p) for c, p in (controller_properties or {}).items()}
         self._controllers = {CONTROLLER_ID + i: _ControllerSlot(CONTROLLER_ID + i) for i in range(controllers)}
         self.voters = ",".join(f"{c.node_id}@{c.host}:{CONTROLLER_PORT}" for c in self._controllers.values())
         self._slots = {b: _BrokerSlot(b) for b in range(n_brokers)}
@@ -201,7 +203,7 @@ class SimCluster:
         slot.scheduler = NodeScheduler(self.scheduler, self.network, slot.host)
         if slot.clock is None:
             slot.clock = NodeClock(self.clock)
-        props = {**self.properties, "controller.quorum.voters": self.voters}
+        props = {**self.properties, "controller.quorum.voters": self.voters, **self._controller_properties.get(node_id, {})}
         config = ControllerConfig.from_properties(node_id, slot.host, CONTROLLER_PORT, f"/controller-{node_id}", props)
         rng = random.Random(self.rng.getrandbits(64))
         slot.outbound = self.network.outbound_for(slot.host)

@@ -3,9 +3,9 @@ run's shape and the cluster and client settings (the README's fault mixes, on sh
 simulated runs so that each example costs a few wall seconds). bench/bench_hunt.py times
 them; tests/harness/test_hunt.py runs them (the unflushed crash in CI, the others soak).
 
-Not here, and why: `unclean.leader.election.enable=true` and `min.insync.replicas=1` lose
-data Kafka documents as possible, so the claims allow it and their runs are valid (a hunt
-stops only at an invalid verdict). Of the transaction switches only the LSO one is here (the
+Not in SWITCH_HUNTS, and why: `unclean.leader.election.enable=true` and `min.insync.replicas=1`
+lose data Kafka documents as possible, so the claims allow it and their runs are valid (a hunt
+stops only at an invalid verdict): they are in FIND_HUNTS below, hunted with `--find`. Of the transaction switches only the LSO one is here (the
 queue workload's transactions, `txn=true`, with aiokafka's transactional producer): the
 simulated client cannot show the other two. `transaction.partition.verification.enable=false`
 needs a Produce that reaches its partition after its transaction ended, with its epoch still
@@ -82,9 +82,12 @@ FIND_HUNTS: dict[str, list[str]] = {
     # every 80 ms (checked every 10) keeps what several replicas acknowledged safe across two
     # kills 0.1 s apart (the schedules' step), so that with min ISR 2 no schedule of kills of at
     # most two brokers loses it; 100 ops/s so that the lone leader's last 90 ms hold writes.
+    # Kills of at most 2 s: the lone leader comes back within the main phase and its lost
+    # offsets go to new writes, which is what shows the loss (the final phase only reads).
     "min.insync.replicas": [
         "--find", LOSS_ANOMALIES, "--nemesis", "kill", "--time-limit", "8", "--final-time-limit", "3",
         "--quiet-period", "1", "--rate", "100", "--concurrency", "3", "--max-faults", "2", "--max-fault-targets", "kill=2",
+        "--max-fault-duration", "2",
         "--cluster-config", "broker.session.timeout.ms=1000", "--cluster-config", "broker.heartbeat.interval.ms=250",
         "--cluster-config", "log.crash.lose.unflushed=true", "--cluster-config", "log.flush.interval.ms=80",
         "--cluster-config", "log.flush.scheduler.interval.ms=10", "--cluster-config", "min.insync.replicas=1"],

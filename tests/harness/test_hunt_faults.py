@@ -3,7 +3,7 @@ new kind (link-delay, -loss, -duplicate, -reorder on chosen links; the disk faul
 simulated run, performs exactly its ops (the packages take every value it gives them), and a
 second run of the same schedule and seed gives the same history byte for byte; the schedule
 file (`--fault-schedule`) reads back to the same ops. `logquake hunt` draws them with
---nemesis."""
+--nemesis (soak: three checked runs)."""
 
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ def test_a_drawn_schedule_of_each_kind_runs_simulated_and_replays_exactly(case: 
     assert (second / "history.jsonl").read_bytes() == (first / "history.jsonl").read_bytes()
 
 
-@pytest.mark.slow
+@pytest.mark.soak  # a Spark session and three checked runs: ~20 s at load 14, CI has the parts above
 def test_hunt_draws_link_and_disk_faults_and_the_safe_cluster_survives_them(tmp_path: Path,
                                                                             capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["hunt", "--nemesis", "link-loss,link-reorder,disk", *SHAPE, "--seed", "3", "--max-examples", "3",

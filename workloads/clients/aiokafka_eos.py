@@ -48,7 +48,9 @@ from harness.generator import Completion, Invocation
 from workloads.clients.aiokafka_queue import (
     START_TIMEOUT_S, AiokafkaQueueClient, TopicError, _close_producer, _close_quietly, _StartFailed,
 )
-from workloads.clients.aiokafka_txn import CALL_TIMEOUT_S, COMMIT_TIMEOUT_S, INIT_TIMEOUT_S, txn_state
+from workloads.clients.aiokafka_txn import (
+    CALL_TIMEOUT_S, COMMIT_TIMEOUT_S, INIT_TIMEOUT_S, abandon_txn_outcome, txn_state,
+)
 from workloads.clients.aiokafka_errors import classify
 from workloads.clients.eos import COPY_ID_BITS, DELIVERY_DEADLINE_S, VERIFY_READ_S, VERIFY_SETTLE_S, EosKeys
 from workloads.clients.errors import Outcome
@@ -274,6 +276,7 @@ class AiokafkaEosClient(AiokafkaQueueClient):
         try:
             await asyncio.wait_for(producer.commit_transaction(), COMMIT_TIMEOUT_S)
         except _CLIENT_ERRORS as exc:
+            abandon_txn_outcome(producer)
             self._rewind(consumer, records)
             return Completion("info", value, error=["commit", classify(exc).error], end_process=True)
         for tp, offset_and_metadata in self._next_offsets(records).items():
@@ -289,6 +292,7 @@ class AiokafkaEosClient(AiokafkaQueueClient):
         try:
             await asyncio.wait_for(producer.abort_transaction(), CALL_TIMEOUT_S)
         except _CLIENT_ERRORS as exc:
+            abandon_txn_outcome(producer)
             # The coordinator aborts it: this thread's next copier fences the id, or it times out.
             return Completion("fail", value, error=["abort-failed", cause.error, classify(exc).error], end_process=True)
         return Completion("fail", value, error=["abort", cause.error])

@@ -110,6 +110,15 @@ def txn_state(producer: AIOKafkaProducer) -> TransactionState:
     return producer._txn_manager.state  # noqa: SLF001 - the glue pins aiokafka 0.14's internals
 
 
+def abandon_txn_outcome(producer: AIOKafkaProducer) -> None:
+    """A commit or abort we stopped waiting for still ends, often with an error (fenced by
+    the id's next producer): retrieve it unreported, or asyncio logs "exception was never
+    retrieved" for aiokafka's transaction future when it is collected."""
+    waiter = producer._txn_manager.wait_for_transaction_end()  # noqa: SLF001 - see txn_state
+    if waiter is not None:
+        waiter.add_done_callback(lambda f: f.cancelled() or f.exception())
+
+
 class _BodyError(Exception):
     """An error before commit_transaction: the transaction cannot have committed."""
 
@@ -245,6 +254,7 @@ class AiokafkaTxnQueueClient(AiokafkaQueueClient):
         try:
             await asyncio.wait_for(producer.commit_transaction(), COMMIT_TIMEOUT_S)
         except _CLIENT_ERRORS as exc:
+            abandon_txn_outcome(producer)
             await self._rollback_consumer(first_offsets)
             # The commit may or may not have landed: indefinite, and this producer is done.
             return Completion("info", results + [list(m) for m in mops[len(results):]],
@@ -269,6 +279,7 @@ class AiokafkaTxnQueueClient(AiokafkaQueueClient):
         try:
             await asyncio.wait_for(producer.abort_transaction(), CALL_TIMEOUT_S)
         except _CLIENT_ERRORS as exc:
+            abandon_txn_outcome(producer)
             # Never asked to commit, the transaction cannot commit: the coordinator aborts it
             # (transaction.timeout.ms, or the next InitProducerId of this id).
             return Completion("fail", value, error=["abort-failed", label, classify(exc).error], end_process=True)

@@ -223,7 +223,8 @@ class FetchSessionCache:
 
 class PartitionFetchState(NamedTuple):
     """What a follower asks of one partition; a change is sent in the next incremental fetch.
-    A tuple: built and compared for every followed partition at every fetch."""
+    A tuple: built and compared for every followed partition at every fetch (the replica
+    fetcher builds plain tuples in this order, which compare equal, to skip the constructor)."""
 
     fetch_offset: int
     log_start_offset: int

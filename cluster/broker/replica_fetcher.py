@@ -79,15 +79,20 @@ class ReplicaFetcher:
         topic_ids = self._topic_ids
         for tp in self._ordered:
             p = hosted.get(tp)
-            if p is None or p.role != FOLLOWER or p.leader_id != leader_id or p.awaiting_metadata or p.state is None:
+            if p is None or p.role != FOLLOWER or p.leader_id != leader_id or p.awaiting_metadata:
                 continue
-            log_ = p.log
-            topic_id = p.state.topic_id
+            state = p.state
+            if state is None:
+                continue
+            topic_id = state.topic_id
             topic_int = topic_id.int  # keys hold the id's integer: it hashes without a Python call
             topic_ids[topic_int] = topic_id
+            log_ = p.log
             epoch = p.leader_epoch
-            wanted[(topic_int, tp.partition)] = PartitionFetchState(log_.log_end_offset, log_.log_start_offset, max_bytes, epoch,
-                                                                   -1 if truncate_to_high_watermark else log_.epochs.latest_epoch)
+            # A plain tuple in PartitionFetchState's order (its constructor costs several
+            # times the tuple's, for every followed partition at every fetch).
+            wanted[(topic_int, tp.partition)] = (log_.log_end_offset, log_.log_start_offset, max_bytes, epoch,  # type: ignore[assignment]
+                                -1 if truncate_to_high_watermark else log_.epochs.latest_epoch)
             sent[tp] = epoch
         if not wanted:
             return
@@ -100,8 +105,8 @@ class ReplicaFetcher:
         by_topic: dict[int, list[FetchPartitionRow]] = {}
         for key in plan.send:
             topic_int, index = key  # type: ignore[misc]
-            state = wanted[key]
-            row = (index, state.current_leader_epoch, state.fetch_offset, state.last_fetched_epoch, state.log_start_offset, state.max_bytes)
+            fetch_offset, log_start_offset, partition_max_bytes, current_leader_epoch, last_fetched_epoch = wanted[key]
+            row = (index, current_leader_epoch, fetch_offset, last_fetched_epoch, log_start_offset, partition_max_bytes)
             rows = by_topic.get(topic_int)
             if rows is None:
                 by_topic[topic_int] = [row]

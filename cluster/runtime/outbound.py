@@ -6,6 +6,10 @@ Requests to the same destination are pipelined on one connection and answered in
 (Kafka answers in request order per connection). A request that gets no answer within its
 timeout fails and drops the connection, failing everything else in flight on it; the next
 request reconnects. Callbacks always run from the event loop, never inside `send`.
+
+Timeouts are checked by one timer per destination, armed for the earliest deadline in flight
+and not touched when an answer arrives: a timer created and cancelled for every request (a
+follower sends a Fetch after every answer) cost more than the request's own bookkeeping.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import math
 import struct
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -34,7 +39,8 @@ class _InFlight:
     api_key: int
     api_version: int
     on_done: Callable[[OutboundResult], None]
-    timer: asyncio.TimerHandle | None = None
+    deadline: float  # loop time by which the answer must have arrived
+    timeout_ms: int
 
 
 class _PeerConnection(asyncio.Protocol):
@@ -75,6 +81,8 @@ class _Peer:
         self._unsent: list[bytes] = []
         self._in_flight: deque[_InFlight] = deque()
         self._correlation = itertools.count(1)
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = math.inf  # when `_timer` fires; inf: not armed
 
     def send(self, api_key: int, api_version: int, body: Any, on_done: Callable[[OutboundResult], None], timeout_ms: int) -> None:
         correlation_id = next(self._correlation) & 0x7FFFFFFF
@@ -83,9 +91,10 @@ class _Peer:
         except Exception as error:  # noqa: BLE001 - a bad body is the caller's bug; report it to them
             self.loop.call_soon(on_done, OutboundResult(None, f"cannot encode request {api_key} v{api_version}: {error!r}"))
             return
-        entry = _InFlight(correlation_id, api_key, api_version, on_done)
-        entry.timer = self.loop.call_later(timeout_ms / 1000.0, self._timed_out, entry, timeout_ms)
+        entry = _InFlight(correlation_id, api_key, api_version, on_done, self.loop.time() + timeout_ms / 1000.0, timeout_ms)
         self._in_flight.append(entry)
+        if entry.deadline < self._timer_at:
+            self._arm(entry.deadline)
         if self._transport is not None and not self._transport.is_closing():
             self._transport.write(frame)
             return
@@ -116,8 +125,6 @@ class _Peer:
             self.fail(f"unsolicited response from {self.endpoint}")
             return
         entry = self._in_flight.popleft()
-        if entry.timer is not None:
-            entry.timer.cancel()
         try:
             correlation_id, body = decode_response(entry.api_key, entry.api_version, payload)
         except ValueError as error:
@@ -130,21 +137,40 @@ class _Peer:
             return
         entry.on_done(OutboundResult(body))
 
-    def _timed_out(self, entry: _InFlight, timeout_ms: int) -> None:
-        entry.timer = None
-        if entry in self._in_flight:
-            self.fail(f"request to {self.endpoint} timed out after {timeout_ms} ms")
+    def _arm(self, when: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = when
+        self._timer = self.loop.call_at(when, self._check_deadlines)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_at = math.inf
+
+    def _check_deadlines(self) -> None:
+        self._timer = None
+        self._timer_at = math.inf
+        if not self._in_flight:
+            return  # everything was answered: nothing to watch until the next send
+        now = self.loop.time()
+        expired = [entry for entry in self._in_flight if entry.deadline <= now]
+        if expired:
+            first = min(expired, key=lambda entry: entry.deadline)
+            self.fail(f"request to {self.endpoint} timed out after {first.timeout_ms} ms")
+            return
+        self._arm(min(entry.deadline for entry in self._in_flight))
 
     def fail(self, reason: str) -> None:
         """Drop the connection and fail every request in flight with `reason`."""
         transport, self._transport = self._transport, None
         self._unsent = []
         failed, self._in_flight = self._in_flight, deque()
+        self._disarm()
         if transport is not None:
             transport.close()
         for entry in failed:
-            if entry.timer is not None:
-                entry.timer.cancel()
             entry.on_done(OutboundResult(None, reason))
 
 

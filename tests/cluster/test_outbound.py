@@ -128,3 +128,43 @@ def test_peer_closing_fails_everything_in_flight() -> None:
     results = run(scenario)
     assert [r.ok for r in results] == [False, False, False]
     assert all("lost" in (r.error or "") for r in results)
+
+
+def test_a_shorter_timeout_sent_later_fires_first() -> None:
+    # One timer per destination, armed for the earliest deadline: a later request with a
+    # shorter timeout must re-arm it.
+    async def scenario(loop: asyncio.AbstractEventLoop, outbound: AsyncioOutbound, endpoint: Endpoint) -> list[OutboundResult]:
+        Server.mode = "silent"
+        results: list[OutboundResult] = []
+        done = asyncio.Event()
+
+        def on_done(result: OutboundResult) -> None:
+            results.append(result)
+            if len(results) == 2:
+                done.set()
+
+        outbound.send(endpoint, ApiKey.API_VERSIONS, 3, body(), on_done, 60_000)
+        outbound.send(endpoint, ApiKey.API_VERSIONS, 3, body(), on_done, 200)
+        await asyncio.wait_for(done.wait(), 10)
+        return results
+
+    results = run(scenario)
+    assert [r.ok for r in results] == [False, False]
+    assert all("timed out after 200 ms" in (r.error or "") for r in results)  # not after 60000 ms
+
+
+def test_an_answered_request_leaves_the_timer_to_watch_the_next_one() -> None:
+    # The first request is answered before its deadline; when its timer fires, the second
+    # (silent, later deadline) is still in flight and must time out at its own deadline.
+    async def scenario(loop: asyncio.AbstractEventLoop, outbound: AsyncioOutbound, endpoint: Endpoint) -> list[OutboundResult]:
+        Server.mode = "answer"
+        first = await collect(outbound, endpoint, 1, timeout_ms=100)
+        Server.mode = "silent"
+        second = await collect(outbound, endpoint, 1, timeout_ms=600)
+        Server.mode = "answer"
+        third = await collect(outbound, endpoint, 1, timeout_ms=100)
+        return first + second + third
+
+    results = run(scenario)
+    assert [r.ok for r in results] == [True, False, True]
+    assert "timed out after 600 ms" in (results[1].error or "")

@@ -307,6 +307,7 @@ class Partition:
         new = min(ends)
         if new > self.high_watermark:
             self.high_watermark = new
+            self.producers.on_high_watermark(new)
             self._check_pending_acks()
             self.wake_fetchers()
 
@@ -499,6 +500,7 @@ class Partition:
         new = min(leader_high_watermark, self.log_end_offset)
         if new > self.high_watermark:
             self.high_watermark = new
+            self.producers.on_high_watermark(new)
             self.wake_fetchers()
         elif new < self.high_watermark and self.role == FOLLOWER:
             # Our log was truncated below what we thought committed (unsafe switches or an

@@ -89,20 +89,24 @@ class Reject:
 SequenceVerdict = Append | Duplicate | Reject
 
 
-@dataclass(slots=True)
-class _Undecided:
-    """A transaction that holds the last stable offset back: open (marker_offset -1), or
-    ended by a marker not yet below the high watermark."""
+@dataclass(frozen=True, slots=True)
+class _Unreplicated:
+    """A transaction ended by a marker not yet below the high watermark (Kafka's
+    unreplicatedTxns): it still holds the last stable offset back."""
 
     producer_id: int
     first_offset: int
-    marker_offset: int = -1
+    marker_offset: int
 
 
 class ProducerStateTable:
     def __init__(self) -> None:
         self._entries: dict[int, ProducerEntry] = {}
-        self._undecided: list[_Undecided] = []
+        # The transactions that hold the LSO back (Kafka's ongoingTxns and unreplicatedTxns):
+        # open ones, producer id -> first offset, inserted (so ordered) by first offset; and
+        # ended ones in marker order, until the high watermark passes their marker.
+        self._open: dict[int, int] = {}
+        self._unreplicated: deque[_Unreplicated] = deque()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -198,7 +202,7 @@ class ProducerStateTable:
             return None if marker is None else self._end_txn(header, entry, marker)
         if header.is_transactional and entry.current_txn_first_offset < 0:
             entry.current_txn_first_offset = header.base_offset
-            self._undecided.append(_Undecided(header.producer_id, header.base_offset))
+            self._open[header.producer_id] = header.base_offset
         if header.base_sequence != NO_SEQUENCE:
             entry.batches.append(BatchMetadata(header.base_sequence, header.last_sequence, header.base_offset, header.last_offset))
         return None
@@ -209,28 +213,37 @@ class ProducerStateTable:
         first = entry.current_txn_first_offset if entry.current_txn_first_offset >= 0 else marker_offset
         entry.current_txn_first_offset = -1
         entry.coordinator_epoch = max(entry.coordinator_epoch, marker.coordinator_epoch)
-        for undecided in self._undecided:
-            if undecided.producer_id == header.producer_id and undecided.marker_offset < 0:
-                undecided.marker_offset = marker_offset
+        opened_at = self._open.pop(header.producer_id, None)
+        if opened_at is not None:
+            self._unreplicated.append(_Unreplicated(header.producer_id, opened_at, marker_offset))
         if marker.committed:
             return None
         # Kafka's lastStableOffset(completedTxn): the first offset of the earliest other open
         # transaction, else just past the marker. Every transaction aborted later starts at
         # or past it, which lets a lookup stop at this entry.
-        others = [u.first_offset for u in self._undecided if u.producer_id != header.producer_id and u.marker_offset < 0]
-        return AbortedTxn(header.producer_id, first, marker_offset, min([marker_offset + 1, *others]))
+        earliest_open = next(iter(self._open.values()), marker_offset + 1)
+        return AbortedTxn(header.producer_id, first, marker_offset, min(marker_offset + 1, earliest_open))
+
+    def on_high_watermark(self, high_watermark: int) -> None:
+        """A marker below the HWM is replicated: its transaction no longer holds the LSO
+        back (Kafka's onHighWatermarkUpdated). Called as the HWM moves, so that the list
+        stays short where nothing asks for the LSO (followers, internal topics)."""
+        unreplicated = self._unreplicated
+        while unreplicated and unreplicated[0].marker_offset < high_watermark:
+            unreplicated.popleft()
 
     def last_stable_offset(self, high_watermark: int) -> int:
         """The first offset of the earliest undecided transaction, capped at the HWM."""
-        if not self._undecided:
-            return high_watermark  # the common case, asked at every fetch: no list to build
-        # A marker below the HWM is committed: its transaction no longer holds the LSO back.
-        self._undecided = [u for u in self._undecided if u.marker_offset < 0 or u.marker_offset >= high_watermark]
-        return min([high_watermark, *(u.first_offset for u in self._undecided)])
+        if not self._open and not self._unreplicated:
+            return high_watermark  # the common case, asked at every fetch
+        self.on_high_watermark(high_watermark)
+        earliest_open = next(iter(self._open.values()), high_watermark)
+        return min([high_watermark, earliest_open, *(u.first_offset for u in self._unreplicated)])
 
     def clear(self) -> None:
         self._entries.clear()
-        self._undecided.clear()
+        self._open.clear()
+        self._unreplicated.clear()
 
     def snapshot(self) -> bytes:
         """ReplayedState: every producer (with its retained batches) and the undecided
@@ -240,8 +253,11 @@ class ProducerStateTable:
             out.append(_PRODUCER.pack(producer_id, entry.producer_epoch, entry.last_timestamp_ms, entry.coordinator_epoch,
                                       entry.current_txn_first_offset, len(entry.batches)))
             out.extend(_BATCH.pack(b.first_sequence, b.last_sequence, b.base_offset, b.last_offset) for b in entry.batches)
-        out.append(_COUNT.pack(len(self._undecided)))
-        out.extend(_UNDECIDED.pack(u.producer_id, u.first_offset, u.marker_offset) for u in self._undecided)
+        # Open and unreplicated transactions together, by first offset (-1: no marker yet).
+        undecided = sorted([(first, producer_id, -1) for producer_id, first in self._open.items()]
+                           + [(u.first_offset, u.producer_id, u.marker_offset) for u in self._unreplicated])
+        out.append(_COUNT.pack(len(undecided)))
+        out.extend(_UNDECIDED.pack(producer_id, first, marker) for first, producer_id, marker in undecided)
         return b"".join(out)
 
     def restore(self, payload: bytes) -> None:
@@ -273,7 +289,15 @@ class ProducerStateTable:
                 entry.batches.append(BatchMetadata(*take(_BATCH)))
             self._entries[producer_id] = entry
         (undecided,) = take(_COUNT)
+        unreplicated = []
         for _ in range(undecided):
-            self._undecided.append(_Undecided(*take(_UNDECIDED)))
+            producer_id, first, marker = take(_UNDECIDED)
+            if marker < 0:
+                if producer_id in self._open:
+                    raise ValueError(f"producer {producer_id} has two open transactions")
+                self._open[producer_id] = first  # listed by first offset: the order they opened in
+            else:
+                unreplicated.append(_Unreplicated(producer_id, first, marker))
+        self._unreplicated.extend(sorted(unreplicated, key=lambda u: u.marker_offset))
         if at != len(data):
             raise ValueError(f"{len(data) - at} bytes left over")

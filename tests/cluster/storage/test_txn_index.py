@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 
 from cluster.broker.partition import Partition, ReplicationSettings, TopicPartition
+from cluster.broker.producer_state import ProducerStateTable
 from cluster.protocol.records import Record, build_batch, build_control_batch, read_control_marker
-from cluster.storage.batch import ATTR_TRANSACTIONAL, parse_header
+from cluster.storage.batch import ATTR_TRANSACTIONAL, BatchHeader, parse_header
 from cluster.storage.config import LogConfig
 from cluster.storage.disk import MemoryDisk
 from cluster.storage.log import PartitionLog
@@ -124,3 +125,28 @@ def test_log_start_past_an_aborted_transaction_drops_it() -> None:
     partition.log.delete_records_before(3)
     assert partition.aborted_transactions(3, 6) == []
     assert partition.log.aborted_txns() == []
+
+
+def test_ended_transactions_hold_the_lso_until_the_hwm_passes_their_marker_then_are_forgotten() -> None:
+    table = ProducerStateTable()
+
+    def header(offset: int, producer_id: int, *, marker: bool = False) -> tuple[BatchHeader, bytes]:
+        batch = (build_control_batch(committed=True, producer_id=producer_id, producer_epoch=0, coordinator_epoch=0, base_offset=offset,
+                                     timestamp_ms=0) if marker else
+                 build_batch([Record(b"k", b"v")], base_offset=offset, timestamp_ms=0, attributes=ATTR_TRANSACTIONAL,
+                             producer_id=producer_id, producer_epoch=0, base_sequence=offset))
+        return parse_header(batch), batch
+
+    table.replay(*header(0, 7))
+    table.replay(*header(1, 8))
+    table.replay(*header(2, 7, marker=True))  # 7 commits at 2; 8 is still open from 1
+    assert table.last_stable_offset(2) == 0  # 7's marker is not below the HWM yet
+    assert table.last_stable_offset(3) == 1  # now it is: 8's open transaction holds the LSO
+    empty_size = len(table.snapshot())
+    # A follower's table: nothing asks for the LSO, the HWM moves on; ended transactions go.
+    for offset in range(3, 3003, 2):
+        table.replay(*header(offset, 9))
+        table.replay(*header(offset + 1, 9, marker=True))
+        table.on_high_watermark(offset + 2)
+    assert len(table.snapshot()) == empty_size + 1 * (8 + 2 + 8 + 4 + 8 + 1) + 5 * 24  # producer 9 and its five batches
+    assert table.last_stable_offset(3003) == 1

@@ -58,7 +58,8 @@ def write_log(directory: str, batches: int, config: LogConfig) -> tuple[int, int
     """Write the log and close it cleanly; returns (batches, aborted transactions)."""
     data, commits, aborts, plain = templates()
     disk = OsDisk()
-    log = PartitionLog.open(disk, directory, config, now_ms=0, state=ProducerStateTable())
+    table = ProducerStateTable()
+    log = PartitionLog.open(disk, directory, config, now_ms=0, state=table)
     written = aborted = 0
     step = 0
     while written < batches:
@@ -71,6 +72,7 @@ def write_log(directory: str, batches: int, config: LogConfig) -> tuple[int, int
         abort = step % 10 == 0
         log.append(restamp((aborts if abort else commits)[p], log.log_end_offset, 0), now_ms=0)
         aborted += abort
+        table.on_high_watermark(log.log_end_offset)  # a single replica's HWM follows its log end
         written += 2 * TXN_BATCHES + 1
         step += 1
     log.close()

@@ -125,6 +125,7 @@ class Partition:
         # may have lost some of the log since: never past the log end); it learns the rest
         # from its leader, or as leader from its followers' fetches.
         self.high_watermark = max(min(high_watermark, log.log_end_offset), log.log_start_offset)
+        self.producers.on_high_watermark(self.high_watermark)
         self.followers: dict[int, FollowerState] = {}
         self.pending_isr: tuple[int, ...] | None = None  # proposed to the controller, not yet answered
         self.awaiting_metadata = False  # a follower told by its leader that our epoch is stale

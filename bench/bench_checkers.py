@@ -18,6 +18,7 @@ one in a run directory of its own, as `logquake analyze DIR...` reads them) chec
 (checkers.pipeline.check_many) against one by one (check_run per history) in the same warm
 session, with the same verdicts required of both.
 Usage: bench/bench_checkers.py [--sizes 1e5,1e6,1e7,1e8] [--plan fused|per-check] [--keep DIR]
+       bench/bench_checkers.py --sizes 1e9 --no-duckdb --cold-only --partitions 256
        bench/bench_checkers.py --many 100 [--many-size 2000]
 """
 
@@ -314,6 +315,7 @@ def main() -> int:
     parser.add_argument("--plan", choices=("fused", "per-check"), default="fused",
                         help="fused per-key pass (default) or the tests' one-check-at-a-time DataFrame oracle")
     parser.add_argument("--no-duckdb", action="store_true", help="skip the DuckDB reference")
+    parser.add_argument("--cold-only", action="store_true", help="check once, in a fresh session (for 10^9)")
     parser.add_argument("--generator", choices=("auto", "memory", "stream"), default="auto",
                         help="history generator: in memory (the figures so far), streaming by blocks, "
                              f"or auto: streaming above {STREAM_ABOVE:.0e} micro-ops")
@@ -332,9 +334,9 @@ def main() -> int:
     print(f"cores {os.cpu_count()}, load average {os.getloadavg()[0]:.1f}")
     print(f"{'plan':>9} {'micro-ops':>10} {'rows':>10} {'start s':>8} {'cold s':>8} {'warm s':>8} "
           f"{'duckdb s':>9} {'warm ops/s':>11} {'ratio':>6} {'spark peak MB':>14} {'duckdb peak MB':>15} "
-          f"{'jobs':>5} {'stages':>6} {'load':>5} {'warm cpu s':>10} {'duck cpu s':>10}  found", flush=True)
+          f"{'jobs':>5} {'stages':>6} {'load':>5} {'cold cpu s':>10} {'warm cpu s':>10} {'duck cpu s':>10}  found", flush=True)
     passed = ["--plan", args.plan, *(["--keep", args.keep] if args.keep else []),
-              *(["--no-duckdb"] if args.no_duckdb else []),
+              *(["--no-duckdb"] if args.no_duckdb else []), *(["--cold-only"] if args.cold_only else []),
               "--generator", args.generator, "--partitions", str(args.partitions),
               *[arg for item in args.spark_conf for arg in ("--spark-conf", item)]]
     status = 0
@@ -371,15 +373,19 @@ def bench_one(size: int, args: argparse.Namespace) -> int:
             spark = make_spark(spark_conf=conf, small=small)
             spark.range(1).count()
             started = time.perf_counter() - start
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), tree_cpu_s()
             cold = check_runs(out, inputs, spark, **findings_of)["bench"]
             cold_s = time.perf_counter() - start
+            cold_cpu_s = tree_cpu_s() - cpu
             tracker = spark.sparkContext.statusTracker()
             jobs_before = set(tracker.getJobIdsForGroup(None))
             start, cpu = time.perf_counter(), tree_cpu_s()
-            warm = check_runs(out, inputs, spark, **findings_of)["bench"]
-            warm_s = time.perf_counter() - start
-            warm_cpu_s = tree_cpu_s() - cpu
+            if args.cold_only:  # one check only (10^9: each takes many minutes)
+                warm, warm_s, warm_cpu_s, jobs_before = cold, float("nan"), float("nan"), set()
+            else:
+                warm = check_runs(out, inputs, spark, **findings_of)["bench"]
+                warm_s = time.perf_counter() - start
+                warm_cpu_s = tree_cpu_s() - cpu
             jobs = sorted(set(tracker.getJobIdsForGroup(None)) - jobs_before)
             stages = sum(len(info.stageIds) for info in map(tracker.getJobInfo, jobs) if info is not None)
             load = os.getloadavg()[0]
@@ -393,7 +399,7 @@ def bench_one(size: int, args: argparse.Namespace) -> int:
         print(f"{args.plan:>9} {size:>10} {facts['rows']:>10} {started:>8.1f} {cold_s:>8.1f} {warm_s:>8.1f} "
               f"{duck_s:>9.2f} {facts['rows'] / warm_s:>11.0f} {warm_s / duck_s:>6.1f} "
               f"{spark_mem.peak_bytes / 2**20:>14.0f} {duck_peak / 2**20:>15.0f} {len(jobs):>5} {stages:>6} "
-              f"{load:>5.1f} {warm_cpu_s:>10.1f} {duck_cpu_s:>10.1f}  spark {found} duckdb {duck_counts} errors {warm.errors}", flush=True)
+              f"{load:>5.1f} {cold_cpu_s:>10.1f} {warm_cpu_s:>10.1f} {duck_cpu_s:>10.1f}  spark {found} duckdb {duck_counts} errors {warm.errors}", flush=True)
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)  # 10^8 micro-ops take 0.5 GB of disk

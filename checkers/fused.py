@@ -18,6 +18,7 @@ from collections import defaultdict
 from typing import Callable, Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -174,11 +175,29 @@ def _shuffled_answers(history: DataFrame, pre: prepass.Prepass, runs: list[str],
 
 def findings(history: DataFrame, checks: dict[str, CheckFn] | None = None) -> Findings:
     pre = prepass.collect_facts(history)
-    rows = per_key_answers(history, pre, checks).toArrow().to_pylist()
-    out = merge(rows)
+    answers = per_key_answers(history, pre, checks).toArrow()
+    # Edges are most of the answer (10^8 bench: ~5·10^5): read them column by column, not
+    # as one dict per row.
+    is_edge = pc.equal(answers.column("kind"), "edge")
+    out = merge(answers.filter(pc.invert(is_edge)).to_pylist())
+    _add_edges(out, answers.filter(is_edge))
     for run, f, typ, ops, n_rows in pre.stats:
         out.add_stat(run, f, typ, ops, n_rows)
     return out
+
+
+def _add_edges(out: Findings, edges: pa.Table) -> None:
+    """The edge rows into `out.graphs`, as `merge` adds them one by one."""
+    columns = [edges.column(name).to_pylist() for name in
+               ("run", "src", "dst", "rel", "key", "value", "src_invoke", "src_type", "dst_invoke", "dst_type")]
+    graphs = out.graphs
+    for run, src, dst, rel, key, value, src_invoke, src_type, dst_invoke, dst_type in zip(*columns):
+        found = graphs.get(run)
+        if found is None:
+            found = graphs[run] = ([], {})
+        found[0].append((src, dst, rel, key, value))
+        found[1][src] = (src_invoke, src_type)
+        found[1][dst] = (dst_invoke, dst_type)
 
 
 def merge(rows: list[dict]) -> Findings:

@@ -83,6 +83,11 @@ class MetadataQuorum(Protocol):
     def read_committed(self, offset: int, max_bytes: int) -> list[bytes | memoryview]:
         """Committed record batches from `offset` (brokers' metadata fetches)."""
 
+    def latest_snapshot(self) -> tuple[int, int] | None:
+        """(end offset, epoch) of the newest snapshot this node holds, None before the first:
+        a broker whose metadata fetch is below the log start is told it, as KRaft's leader
+        tells an observer, and fetches it with FetchSnapshot."""
+
 
 @dataclass(frozen=True, slots=True)
 class QuorumVoters:

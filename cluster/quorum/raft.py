@@ -248,6 +248,10 @@ class RaftQuorum:
         that reader needs the snapshot)."""
         return self.log.read(offset, max_bytes, max_offset=self.high_watermark)
 
+    def latest_snapshot(self) -> tuple[int, int] | None:
+        snapshot = self.log.snapshots.latest_id
+        return None if snapshot is None else (snapshot.end_offset, snapshot.epoch)
+
     def handle(self, request: Any, client: ClientInfo, reply: Reply) -> bool:
         api_key = request.api_key
         if api_key == ApiKey.FETCH:
@@ -815,6 +819,8 @@ class RaftQuorum:
             self._wake_parked()
 
     def _handle_fetch_snapshot(self, request: Request, reply: Reply) -> None:
+        # Served to voters and observers alike (KRaft's leader does the same): a broker behind the
+        # log start is sent here by the controller's metadata fetch answer, naming this epoch.
         version = request.api_version
         p = rpc.first_partition(request.body)
         leader = (self.leader_id if self.leader_id is not None and self.role in (Role.FOLLOWER, Role.LEADER) else -1, self.epoch)

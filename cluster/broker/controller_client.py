@@ -18,6 +18,17 @@ controller can decide, always to the active controller of the quorum.
   record applied; the controller unfences the broker once it has caught up.
 - Metadata is long-polled with Fetch on `__cluster_metadata-0`; every fetched response is
   applied in log order and reported once through `on_metadata(image, delta)`.
+- A broker behind the controllers' log start (a snapshot moved it: a restarted broker starts
+  from offset 0) is answered with the snapshot's id, as KRaft's leader answers an observer:
+  it fetches the snapshot from the active controller with FetchSnapshot, in pieces, replaces
+  its image with it (reporting what differs as the delta) and fetches the log from the
+  snapshot's end.
+- A broker whose position is past the controller's committed log end (possible only after
+  the controllers lost committed metadata: an unsafe switch, or disks lying about fsync) is
+  refused OFFSET_OUT_OF_RANGE. It rebuilds its image aside, from offset 0 or a snapshot, and
+  swaps it in once the rebuild reaches the controller's high watermark (KRaft's observer
+  truncates its log to the leader's and reloads its image): one warning per rebuild, and the
+  old image keeps serving meanwhile.
 - A controlled shutdown sets want_shut_down on heartbeats until the controller answers
   should_shut_down (it has moved this broker's leaderships away).
 """
@@ -37,10 +48,13 @@ from kio.schema.errors import ErrorCode
 from cluster.broker.env import Clock, Endpoint, Outbound, OutboundResult, Rng, Scheduler, TimerHandle
 from cluster.config import BrokerConfig
 from cluster.metadata.image import MetadataDelta, MetadataImage, PartitionState
+from cluster.metadata.image_codec import SnapshotError, decode_image
+from cluster.metadata.image_diff import diff_images
 from cluster.metadata.records import METADATA_TOPIC, MetadataRecordError, decode_record
 from cluster.protocol.codec import build, payload_class, request_class
 from cluster.protocol.records import read_records
 from cluster.protocol.versions import ApiKey
+from cluster.quorum import rpc as quorum_rpc
 from cluster.storage.batch import InvalidBatchError, parse_header, split_batches
 
 from kio.index import EntityType
@@ -52,6 +66,7 @@ ALTER_PARTITION_VERSION = 3
 METADATA_FETCH_VERSION = 12
 METADATA_FETCH_MAX_WAIT_MS = 500
 RETRY_BACKOFF_MS = 100
+SNAPSHOT_CHUNK_BYTES = 1 << 20  # per FetchSnapshot request
 
 
 @dataclass(frozen=True)
@@ -108,6 +123,11 @@ class ControllerClient:
         self._fetch_offset = 0
         self.on_metadata = on_metadata
         self.image = MetadataImage()
+        # While rebuilding (this broker was past the controller's committed log end), the image
+        # being rebuilt: fetched records go there; `image` keeps serving until it is swapped in.
+        self._rebuild: MetadataImage | None = None
+        self.snapshots_loaded = 0  # controller snapshots installed (behind the log start)
+        self.reloads = 0  # image rebuilds (past the committed log end)
         self.broker_epoch = -1
         self.incarnation_id = uuid.UUID(int=rng.getrandbits(128), version=4)
         self.fenced = True
@@ -304,6 +324,15 @@ class ControllerClient:
                 self._move(destination, f"does not lead the metadata quorum ({answer.error_code.name})", leader_id)
                 self._later(RETRY_BACKOFF_MS, self._fetch_metadata)
                 return
+            if answer is not None and answer.error_code == ErrorCode.none and int(answer.snapshot_id.end_offset) >= 0:
+                self._fetch_snapshot(destination, int(answer.snapshot_id.end_offset), int(answer.snapshot_id.epoch),
+                                     int(answer.current_leader.leader_epoch), int(answer.high_watermark))
+                return
+            if answer is not None and answer.error_code == ErrorCode.offset_out_of_range \
+                    and 0 <= int(answer.high_watermark) < self._next_fetch_offset:
+                self._start_rebuild(int(answer.high_watermark))
+                self._fetch_metadata()
+                return
             try:
                 applied = self._apply(result.body)
             except (MetadataRecordError, InvalidBatchError, ValueError) as error:
@@ -318,16 +347,23 @@ class ControllerClient:
                            self.config.controller_request_timeout_ms + METADATA_FETCH_MAX_WAIT_MS)
 
     @property
+    def _target(self) -> MetadataImage:
+        """The image fetched records are applied to."""
+        return self._rebuild if self._rebuild is not None else self.image
+
+    @property
     def _next_fetch_offset(self) -> int:
-        return max(self.image.next_offset, self._fetch_offset)
+        return max(self._target.next_offset, self._fetch_offset)
 
     def _apply(self, body: Any) -> bool:
         partition = body.responses[0].partitions[0]
         if partition.error_code != ErrorCode.none:
-            raise ValueError(f"metadata fetch at {self.image.next_offset}: {partition.error_code.name}")
+            raise ValueError(f"metadata fetch at {self._next_fetch_offset}: {partition.error_code.name}")
         records = partition.records or b""
         if not records:
+            self._maybe_swap(int(partition.high_watermark))
             return False
+        image = self._target
         delta = MetadataDelta()
         applied = False
         for _, batch in split_batches(records):
@@ -337,14 +373,114 @@ class ControllerClient:
                 self._fetch_offset = max(self._fetch_offset, header.next_offset)
                 continue
             for record in read_records(bytes(batch)):
-                if record.offset < self.image.next_offset:
+                if record.offset < image.next_offset:
                     continue
-                delta.merge(self.image.apply(decode_record(record.value, f"at offset {record.offset}"), record.offset))
+                delta.merge(image.apply(decode_record(record.value, f"at offset {record.offset}"), record.offset))
                 applied = True
             self._fetch_offset = max(self._fetch_offset, header.next_offset)
+        if self._rebuild is not None:
+            return self._maybe_swap(int(partition.high_watermark))
         if applied:
             self.on_metadata(self.image, delta)
         return applied
+
+    def _replace_image(self, image: MetadataImage, why: str) -> None:
+        """Serve `image` from now on, telling the broker what differs from the old one."""
+        old, self.image = self.image, image
+        self._rebuild = None
+        self._fetch_offset = max(image.next_offset, self._fetch_offset)
+        log.info("broker %d: metadata image replaced at offset %d (%s)", self.config.broker_id, image.next_offset, why)
+        self.on_metadata(self.image, diff_images(old, image))
+
+    def _maybe_swap(self, high_watermark: int) -> bool:
+        """A rebuild that reached the controller's high watermark replaces the image."""
+        if self._rebuild is None or self._next_fetch_offset < high_watermark:
+            return False
+        self._replace_image(self._rebuild, f"rebuilt up to the controller's high watermark {high_watermark}")
+        return True
+
+    def _start_rebuild(self, high_watermark: int) -> None:
+        if self._rebuild is not None:
+            # Already rebuilding and ahead again: the controllers lost more. Start over.
+            log.warning("broker %d: metadata rebuild at %d is past the controller's high watermark %d again; starting over",
+                        self.config.broker_id, self._next_fetch_offset, high_watermark)
+        else:
+            log.warning("broker %d: metadata position %d is past the active controller's committed log end %d (the controllers "
+                        "lost committed metadata); rebuilding the image from the controller", self.config.broker_id,
+                        self._next_fetch_offset, high_watermark)
+        self.reloads += 1
+        self._rebuild = MetadataImage()
+        self._fetch_offset = 0
+
+    def _fetch_snapshot(self, destination: Endpoint, end_offset: int, snapshot_epoch: int, leader_epoch: int, high_watermark: int) -> None:
+        """Fetch the controllers' snapshot (end_offset, snapshot_epoch) from `destination` in
+        pieces, install it, then go back to fetching the log after it. Any refusal (a newer
+        snapshot, another leader or epoch) or lost answer drops the download: the next
+        metadata fetch says what to do."""
+        log.info("broker %d: metadata position %d is below the controllers' log start; fetching snapshot (%d, %d) from controller %d",
+                 self.config.broker_id, self._next_fetch_offset, end_offset, snapshot_epoch, destination.node_id)
+        pieces: list[bytes] = []
+        received = [0]
+
+        def request_piece() -> None:
+            body = quorum_rpc.fetch_snapshot_request(self.config.broker_id, leader_epoch, end_offset, snapshot_epoch, received[0],
+                                                     SNAPSHOT_CHUNK_BYTES)
+            self.outbound.send(destination.on_channel("metadata"), ApiKey.FETCH_SNAPSHOT, quorum_rpc.FETCH_SNAPSHOT_VERSION, body,
+                               on_piece, self.config.controller_request_timeout_ms)
+
+        def give_up(why: str, move: bool = False) -> None:
+            log.info("broker %d: snapshot (%d, %d) not fetched from controller %d: %s", self.config.broker_id, end_offset,
+                     snapshot_epoch, destination.node_id, why)
+            if move:
+                self._move(destination, f"unreachable for FetchSnapshot ({why})")
+            self._later(RETRY_BACKOFF_MS, self._fetch_metadata)
+
+        def on_piece(result: OutboundResult) -> None:
+            if not self._running:
+                return
+            if not result.ok:
+                give_up(str(result.error), move=True)
+                return
+            answer = quorum_rpc.first_partition(result.body)
+            if answer is None or answer.error_code != ErrorCode.none:
+                give_up(answer.error_code.name if answer is not None else f"answer without the metadata partition ({result.body.error_code.name})")
+                return
+            if int(answer.position) != received[0] or int(answer.snapshot_id.end_offset) != end_offset:
+                give_up(f"piece at {int(answer.position)} of snapshot ending {int(answer.snapshot_id.end_offset)}, "
+                        f"asked for {received[0]} of {end_offset}")
+                return
+            data = bytes(answer.unaligned_records or b"")
+            pieces.append(data)
+            received[0] += len(data)
+            size = int(answer.size)
+            if received[0] < size and data:
+                request_piece()
+                return
+            if received[0] != size:
+                give_up(f"snapshot of {size} bytes ended after {received[0]}")
+                return
+            try:
+                image = decode_image(b"".join(pieces))
+            except SnapshotError as error:
+                log.error("broker %d: snapshot (%d, %d) unreadable: %s", self.config.broker_id, end_offset, snapshot_epoch, error)
+                self._later(RETRY_BACKOFF_MS, self._fetch_metadata)
+                return
+            if image.next_offset != end_offset:
+                log.error("broker %d: snapshot (%d, %d) holds an image ending at %d", self.config.broker_id, end_offset, snapshot_epoch,
+                          image.next_offset)
+                self._later(RETRY_BACKOFF_MS, self._fetch_metadata)
+                return
+            self.snapshots_loaded += 1
+            self._fetch_offset = end_offset
+            if self._rebuild is not None and end_offset < high_watermark:
+                self._rebuild = image  # rebuilding: the log after the snapshot still to come
+            else:
+                self._replace_image(image, f"loaded the controllers' snapshot ending at {end_offset}")
+                if self.registered and self.fenced:
+                    self._heartbeat()
+            self._fetch_metadata()
+
+        request_piece()
 
     # ---- forwarded requests ----------------------------------------------------------
 

@@ -56,6 +56,7 @@ from cluster.metadata.records import (
 from cluster.protocol.codec import Request, build, encode_response, payload_class, response_class
 from cluster.protocol.fetch_response import FetchPartitionResult, FetchTopicResult, encode_fetch_response
 from cluster.protocol.versions import ApiKey, VersionRange
+from cluster.quorum import rpc as quorum_rpc
 from cluster.quorum.api import MetadataQuorum, QuorumListener, QuorumVoters
 from cluster.storage.log import OffsetOutOfRangeError
 
@@ -791,7 +792,18 @@ class Controller:
             if waiter.fetch_offset < end:
                 assert self.quorum is not None
                 result.records = self.quorum.read_committed(waiter.fetch_offset, max(waiter.max_bytes, 1))
-        except OffsetOutOfRangeError:
+        except OffsetOutOfRangeError as error:
+            snapshot = self.quorum.latest_snapshot() if self.quorum is not None else None
+            if snapshot is not None and 0 <= waiter.fetch_offset < error.log_start_offset and request.api_version >= 12:
+                # Below the log start, which a snapshot moved: as KRaft's leader answers an
+                # observer, name the snapshot (and this epoch, for its FetchSnapshot requests).
+                state = self.quorum.state  # type: ignore[union-attr]
+                body = quorum_rpc.fetch_response(request.api_version, ErrorCode.none, high_watermark=end,
+                                                 log_start_offset=error.log_start_offset, leader=(self.config.node_id, state.epoch),
+                                                 snapshot=snapshot)
+                waiter.reply(Response([encode_response(ApiKey.FETCH, request.api_version, request.correlation_id, body)]))
+                return
             result.error_code = ErrorCode.offset_out_of_range.value
+            result.log_start_offset = error.log_start_offset
         topic = FetchTopicResult(METADATA_TOPIC, METADATA_TOPIC_ID, [result])
         waiter.reply(Response(encode_fetch_response(request.api_version, request.correlation_id, [topic])))

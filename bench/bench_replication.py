@@ -160,6 +160,11 @@ def bench_failover(kills: int) -> list[float]:
         return times
 
 
+def _load() -> str:
+    """The 1, 5 and 15 minute load averages: CPU figures inflate with contention."""
+    return " ".join(open("/proc/loadavg").read().split()[:3])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=1_000_000)
@@ -168,7 +173,8 @@ def main() -> int:
     parser.add_argument("--kills", type=int, default=10)
     args = parser.parse_args()
     payload = b"x" * args.size
-    print(f"{args.messages} messages of {args.size} B, acks=all, 3 brokers; bundled RF 3 min ISR 2; {psutil.cpu_count()} cores")
+    print(f"load at start: {_load()}; {args.messages} messages of {args.size} B, acks=all, 3 brokers; bundled RF 3 min ISR 2; "
+          f"{psutil.cpu_count()} cores", flush=True)
     print(f"{'':34}{'produce msg/s':>16}{'consume msg/s':>16}{'consumed':>12}")
     all_consumed = True
     for idempotent in (False, True):
@@ -184,6 +190,7 @@ def main() -> int:
         print(f"  {setting}: produce ratio bundled/mock {ratio:.2f} (goal >= 0.5); "
               f"bundled CPU over the 3 brokers {cpu_us:.2f} µs per message (produce + replicate + consume); "
               f"first message acknowledged (untimed warm-up) after {bundled_warm_up_s:.2f} s bundled, {mock_warm_up_s:.2f} s mock")
+    print(f"load at end of the throughput runs: {_load()}", flush=True)
     if args.kills:
         print(f"failover: {args.kills} SIGKILLs of the leader, broker.session.timeout.ms={SESSION_TIMEOUT_MS}")
         times = bench_failover(args.kills)

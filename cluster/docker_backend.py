@@ -1,4 +1,4 @@
-"""DockerCluster: the bundled cluster with the controller and each broker in a container of its own.
+"""DockerCluster: the bundled cluster with each controller and each broker in a container of its own.
 
     with DockerCluster(brokers=3, image=tag, base_dir=run_dir / "cluster") as cluster:
         control = DockerControl(cluster)
@@ -7,8 +7,10 @@
 
 Layout. Each cluster gets a user-defined bridge network of its own, `logquake-<run id>`, on a
 /24 subnet picked free from 10.213.0.0/16, with the same host numbers as LocalCluster's loopback
-addresses: the controller at .9, broker i at .(10+i), so the addresses a test reads are the
-container IPs and the harness (clients included) reaches them from the host over the bridge.
+addresses: the controller at .9 (with `controllers=3` or 5, controllers 1000, 1001, ... at .9,
+.8, ...), broker i at .(10+i), so the addresses a test reads are the container IPs and the
+harness (clients included) reaches them from the host over the bridge. Every node is given
+`controller.quorum.voters` naming the controllers' static addresses, as on the local back end.
 Containers get static addresses, so a container that is killed and started again comes back
 where it was. The cluster's base directory is bind-mounted at the same path inside every
 container: data directories, logs, ready files and clock files are where LocalCluster would put
@@ -56,8 +58,8 @@ from pathlib import Path
 from typing import Any
 
 from cluster.control import ClusterControl, pid_running
-from cluster.launcher import (CONTROLLER_NODE_ID, FIRST_HOST_OCTET, MAX_BROKERS, BrokerProcess, BrokerStartError,
-                              probe, probe_controller)
+from cluster.launcher import (CONTROLLER_COUNTS, CONTROLLER_NODE_ID, FIRST_HOST_OCTET, MAX_BROKERS, BrokerProcess, BrokerStartError,
+                              is_controller_id, probe, probe_controller, quorum_leader)
 from cluster.protocol.client import ProtocolClientError
 
 LABEL_RUN = "org.logquake.run"
@@ -236,7 +238,8 @@ def _reap_main(run_id: str, owner_pid: int) -> int:
 
 class DockerCluster:
     """LocalCluster's interface (start, kill, stop, pause, resume, is_alive, brokers,
-    controller, bootstrap_servers, close) over containers; see the module docstring."""
+    controller, controllers, active_controller, bootstrap_servers, close) over containers; see
+    the module docstring."""
 
     def __init__(
         self,
@@ -251,7 +254,10 @@ class DockerCluster:
         seed: int | None = None,
         client: Any = None,
         reaper: bool = True,
+        controllers: int = 1,
     ) -> None:
+        if controllers not in CONTROLLER_COUNTS:
+            raise ValueError(f"controllers={controllers}: the bundled cluster runs {', '.join(map(str, CONTROLLER_COUNTS))} controllers")
         if brokers < 1:
             raise ValueError(f"a cluster needs at least one broker, got {brokers}")
         if brokers > MAX_BROKERS:
@@ -279,8 +285,11 @@ class DockerCluster:
         self._closed = False
         self.brokers = [BrokerProcess(i, "", BROKER_PORT, os.path.join(self.base_dir, f"broker-{i}"),
                                       os.path.join(self.base_dir, f"broker-{i}.log")) for i in range(brokers)]
-        self.controller = BrokerProcess(CONTROLLER_NODE_ID, "", CONTROLLER_PORT, os.path.join(self.base_dir, "controller"),
-                                        os.path.join(self.base_dir, "controller.log"))
+        # One controller keeps the single-controller names; a quorum's are by node id, as LocalCluster's.
+        names = ["controller"] if controllers == 1 else [f"controller-{CONTROLLER_NODE_ID + i}" for i in range(controllers)]
+        self.controllers = [BrokerProcess(CONTROLLER_NODE_ID + i, "", CONTROLLER_PORT, os.path.join(self.base_dir, name),
+                                          os.path.join(self.base_dir, f"{name}.log")) for i, name in enumerate(names)]
+        self.controller = self.controllers[0]
         self.proxies = None  # the proxied links (latency, bandwidth, flaky) are not offered here
 
     @property
@@ -290,18 +299,39 @@ class DockerCluster:
         return self._client
 
     def _node(self, node_id: int) -> BrokerProcess:
-        if node_id == CONTROLLER_NODE_ID:
-            return self.controller
+        for controller in self.controllers:
+            if controller.broker_id == node_id:
+                return controller
         if not 0 <= node_id < len(self.brokers):
-            raise ValueError(f"no node {node_id}: brokers are 0-{len(self.brokers) - 1}, the controller is {CONTROLLER_NODE_ID}")
+            raise ValueError(f"no node {node_id}: brokers are 0-{len(self.brokers) - 1}, the controllers {self.controller_ids}")
         return self.brokers[node_id]
 
+    @property
+    def controller_ids(self) -> list[int]:
+        return [c.broker_id for c in self.controllers]
+
     def container_name(self, node_id: int) -> str:
-        return f"logquake-{self.run_id}-{'controller' if node_id == CONTROLLER_NODE_ID else f'broker-{node_id}'}"
+        if not is_controller_id(node_id):
+            return f"logquake-{self.run_id}-broker-{node_id}"
+        return f"logquake-{self.run_id}-controller" + ("" if len(self.controllers) == 1 else f"-{node_id}")
 
     @property
     def controller_voters(self) -> str:
-        return f"{CONTROLLER_NODE_ID}@{self.controller.host}:{self.controller.port}"
+        return ",".join(f"{c.broker_id}@{c.host}:{c.port}" for c in self.controllers)
+
+    def active_controller(self) -> int | None:
+        """The active controller's node id, as the first live, unpaused controller answers
+        DescribeQuorum (None: no leader known, or none answers)."""
+        if len(self.controllers) == 1:
+            return CONTROLLER_NODE_ID if self.is_alive(CONTROLLER_NODE_ID) else None
+        for controller in self.controllers:
+            if not self.is_alive(controller.broker_id) or self.is_paused(controller.broker_id):
+                continue
+            try:
+                return quorum_leader(controller.host, controller.port)
+            except (OSError, ProtocolClientError):
+                continue
+        return None
 
     @property
     def bootstrap_servers(self) -> str:
@@ -320,9 +350,12 @@ class DockerCluster:
             if self._use_reaper:
                 self._reaper = _start_reaper(self.run_id, os.getpid())
             self.bridge_cut = BridgeCut(NFT_TABLE_PREFIX + self.run_id, self.subnet)  # type: ignore[arg-type]
-            for node in [self.controller, *self.brokers]:
+            for node in [*self.controllers, *self.brokers]:
                 self._create_container(node.broker_id)
-            self.start(CONTROLLER_NODE_ID)
+            # A controller is ready once it answers, before the quorum has a leader, so they
+            # start one after the other as on the local back end.
+            for controller in self.controllers:
+                self.start(controller.broker_id)
             with ThreadPoolExecutor(max_workers=len(self.brokers)) as pool:
                 for future in [pool.submit(self.start, b.broker_id) for b in self.brokers]:
                     future.result()
@@ -353,7 +386,8 @@ class DockerCluster:
                     continue  # another run's network has it
                 raise
             self.subnet = subnet
-            self.controller.host = str(subnet[CONTROLLER_HOST_NUMBER])
+            for controller in self.controllers:
+                controller.host = str(subnet[CONTROLLER_HOST_NUMBER - (controller.broker_id - CONTROLLER_NODE_ID)])
             for broker in self.brokers:
                 broker.host = str(subnet[FIRST_HOST_OCTET + broker.broker_id])
             return
@@ -361,11 +395,13 @@ class DockerCluster:
 
     def argv(self, node_id: int) -> list[str]:
         node = self._node(node_id)
-        if node_id == CONTROLLER_NODE_ID:
-            argv = [IMAGE_PYTHON, "-m", "cluster.controller.main", "--node-id", str(CONTROLLER_NODE_ID),
+        if is_controller_id(node_id):
+            argv = [IMAGE_PYTHON, "-m", "cluster.controller.main", "--node-id", str(node_id),
                     "--host", node.host, "--port", str(node.port), "--data-dir", node.data_dir,
                     "--log-file", node.log_path, "--ready-file", node.ready_file]
             config = dict(self.config)
+            if len(self.controllers) > 1:
+                config["controller.quorum.voters"] = self.controller_voters
         else:
             argv = [IMAGE_PYTHON, "-m", "cluster.runtime.broker_main", "--broker-id", str(node_id),
                     "--host", node.host, "--port", str(node.port), "--data-dir", node.data_dir,
@@ -382,13 +418,14 @@ class DockerCluster:
         node = self._node(node_id)
         api = self.client.api
         env = {"PYTHONUNBUFFERED": "1"}
-        if self._extra_env is not None and node_id != CONTROLLER_NODE_ID:
+        # Several controllers are fault targets (clock skew among them); a single one is not.
+        if self._extra_env is not None and (not is_controller_id(node_id) or len(self.controllers) > 1):
             env.update(self._extra_env(node_id))
         binds = {path: {"bind": path, "mode": "rw"} for path in dict.fromkeys([self.base_dir, *self._shared_dirs])}
         host_config = api.create_host_config(binds=binds, init=False)
         networking = api.create_networking_config({self.network_name: api.create_endpoint_config(ipv4_address=node.host)})
         created = api.create_container(self.image, command=self.argv(node_id), name=self.container_name(node_id),
-                                       environment=env, labels=self.labels("controller" if node_id == CONTROLLER_NODE_ID else "broker"),
+                                       environment=env, labels=self.labels("controller" if is_controller_id(node_id) else "broker"),
                                        host_config=host_config, networking_config=networking, hostname=self.container_name(node_id),
                                        working_dir="/opt/logquake/src")
         self._containers[node_id] = created["Id"]
@@ -420,7 +457,7 @@ class DockerCluster:
         self.client.api.start(self._containers[node_id])
         node.pid = int(self._state(node_id).get("Pid") or 0) or None
         self._paused.discard(node_id)
-        is_controller = node_id == CONTROLLER_NODE_ID
+        is_controller = is_controller_id(node_id)
         signal_file = node.listening_file if until == "listening" and not is_controller else node.ready_file
         self._wait_ready(node, probe_controller if is_controller else probe, signal_file)
         return node
@@ -513,7 +550,7 @@ class DockerCluster:
             time.sleep(0.01)
 
     def close(self) -> None:
-        """Stop the brokers (side by side, cleanly if they can), then the controller, then
+        """Stop the brokers (side by side, cleanly if they can), then the controllers, then
         remove every container, the network and the nft table; a temp base dir goes too."""
         if self._closed:
             return
@@ -528,7 +565,8 @@ class DockerCluster:
 
                 with ThreadPoolExecutor(max_workers=len(self.brokers)) as pool:
                     list(pool.map(stop, [b.broker_id for b in self.brokers]))
-                stop(CONTROLLER_NODE_ID)
+                for controller in self.controllers:
+                    stop(controller.broker_id)
         finally:
             try:
                 if self._client is not None:

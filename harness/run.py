@@ -178,8 +178,8 @@ def docker_cluster(run: Run) -> Iterator[None]:
         raise HarnessError(f"--backend docker: {exc}") from None
     clocks = (BrokerClocks(run.run_dir / "clocks", library_path=docker_backend.IMAGE_FAKETIME_LIBRARY)
               if "clock" in spec.nemeses else None)
-    cluster = docker_backend.DockerCluster(brokers=spec.brokers, image=image, base_dir=run.run_dir / "cluster",
-                                           config=dict(spec.cluster_config), client=client,
+    cluster = docker_backend.DockerCluster(brokers=spec.brokers, controllers=spec.controllers, image=image,
+                                           base_dir=run.run_dir / "cluster", config=dict(spec.cluster_config), client=client,
                                            seed=derive_seed(spec.seed, "cluster") % 2**31,
                                            extra_env=clocks.extra_env if clocks is not None else None,
                                            shared_dirs=[clocks.clock_dir] if clocks is not None else [])
@@ -187,8 +187,8 @@ def docker_cluster(run: Run) -> Iterator[None]:
         run.cluster = cluster
         run.bootstrap_servers = cluster.bootstrap_servers
         run.control = docker_backend.DockerControl(cluster, clocks)
-        run.log.info("bundled cluster of %d broker(s) in containers of image %s on network %s (%s) at %s", spec.brokers,
-                     image, cluster.network_name, cluster.subnet, run.bootstrap_servers)
+        run.log.info("bundled cluster of %d broker(s) and %d controller(s) in containers of image %s on network %s (%s) at %s",
+                     spec.brokers, len(cluster.controllers), image, cluster.network_name, cluster.subnet, run.bootstrap_servers)
         try:
             yield
         finally:
@@ -197,6 +197,11 @@ def docker_cluster(run: Run) -> Iterator[None]:
             except Exception:
                 run.log.exception("closing the cluster control")
             run.cluster = None
+    if len(cluster.controllers) > 1:
+        from harness.quorum_report import record_quorum
+
+        # The controllers' data directories are on the bind mount: read as on the local back end.
+        record_quorum(run.run_dir, {c.broker_id: c.data_dir for c in cluster.controllers}, run.log)
 
 
 @contextlib.contextmanager

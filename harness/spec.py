@@ -121,8 +121,8 @@ class RunSpec:
         _check(_is_int(self.brokers) and 1 <= self.brokers <= 200, "brokers", f"{self.brokers!r} must be an integer in [1, 200]")
         _check(self.controllers in (1, 3, 5), "controllers", f"{self.controllers!r} must be 1, 3 or 5")
         if self.controllers != 1:
-            _check(self.bootstrap_servers is None and self.backend == "local", "controllers",
-                   f"{self.controllers} controllers run in the bundled cluster on the local backend only")
+            _check(self.bootstrap_servers is None and self.backend in ("local", "docker"), "controllers",
+                   f"{self.controllers} controllers run in the bundled cluster (local or docker backend) only")
         if not self.external_cluster:
             # Checked here, not when the launcher refuses it after the run directory exists.
             _check(self.brokers <= MAX_BROKERS, "brokers",

@@ -217,3 +217,65 @@ def test_the_docker_backend_refuses_what_it_cannot_do(capsys):
                           (["--sim"], "--sim")):
         assert main(["--backend", "docker", *extra]) == 254
         assert reason in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_three_controllers_in_containers_fail_over(docker_image, tmp_path):
+    """--controllers 3 on the Docker back end: the controllers at their static addresses (.9,
+    .8, .7) form the quorum, brokers follow it, and the faults reach controllers: the active
+    one killed, another paused and cut off from the rest by the bridge partitioner; the
+    metadata keeps moving, the killed one rejoins, and the checks over the controllers'
+    logs and journals find nothing."""
+    from cluster.controller.quorum_journal import collect_quorum_report
+    from cluster.docker_backend import DockerCluster, DockerControl
+    from nemeses.net.nft import bridge_partitioner
+    from tests.cluster.kafka_helpers import create_topic, partition_view, wait_for
+
+    def create(name: str) -> None:
+        """CreateTopics until it succeeds: one sent while the broker still names a controller
+        that cannot answer times out (as a client's would) and is sent again."""
+        def attempt() -> bool:
+            try:
+                create_topic(cluster.bootstrap_servers, name, 1, replication_factor=2)
+            except Exception as error:  # noqa: BLE001 - timeouts and NOT_CONTROLLER during a failover
+                return "already exists" in str(error).lower()
+            return True
+        wait_for(attempt, 60, f"topic {name} created")
+
+    client, image = docker_image
+    with DockerCluster(brokers=2, controllers=3, image=image, base_dir=tmp_path / "cluster", client=client,
+                       config={"offsets.topic.num.partitions": "1"}) as cluster:
+        control = DockerControl(cluster)
+        assert [c.host.rsplit(".", 1)[1] for c in cluster.controllers] == ["9", "8", "7"]
+        assert control.controller_ids == [1000, 1001, 1002]
+        assert set(control.nemesis_nodes(("broker", "controller"))) == {0, 1, 1000, 1001, 1002}
+        bootstrap = cluster.bootstrap_servers
+        first = wait_for(cluster.active_controller, 30, "an active controller")
+        create("before")
+        control.kill(first)
+        second = wait_for(lambda: (a := cluster.active_controller()) not in (None, first) and a, 30, "a new active controller")
+        # The killed one rejoins; then the third is cut off from both (the other two keep a majority).
+        control.start(first)
+        third = next(c for c in control.controller_ids if c not in (first, second))
+        cut = control.bridge_cut()
+        partitioner = bridge_partitioner(cut.table, cut.subnet)
+        node = {c.broker_id: c for c in cluster.controllers}
+        partitioner.apply(blocked=[(node[third].host, node[c].host) for c in (first, second)]
+                          + [(node[c].host, node[third].host) for c in (first, second)])
+        assert not connects(node[third].pid, node[second].host, node[second].port)
+        assert connects(node[first].pid, node[second].host, node[second].port)
+        create("during-cut")
+        partitioner.heal()
+        control.pause(second)
+        wait_for(lambda: (a := cluster.active_controller()) not in (None, second) and a, 30, "a controller leading while the active one is paused")
+        create("after")
+        control.resume(second)
+        for topic in ("before", "during-cut", "after"):
+            wait_for(lambda: (v := partition_view(bootstrap, topic, 0)) and v.leader >= 0, 30, f"a leader of {topic}")
+        run_id = cluster.run_id
+    report = collect_quorum_report({c.broker_id: c.data_dir for c in cluster.controllers})
+    assert report["valid"], report["violations"]
+    assert len(report["nodes"]) == 3 and report["partition_records"]
+    from cluster.docker_backend import run_objects
+
+    assert run_objects(client, run_id) == []

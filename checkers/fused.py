@@ -105,9 +105,13 @@ def bucketed_files(history: DataFrame, runs: list[str]) -> dict[str, list[tuple[
             continue
         seen, rows = set(), []
         for uri in files:
-            filesystem, path = pafs.FileSystem.from_uri(uri)
-            with filesystem.open_input_file(path) as handle:
-                metadata = pq.read_metadata(handle)
+            try:
+                filesystem, path = pafs.FileSystem.from_uri(uri)
+                with filesystem.open_input_file(path) as handle:
+                    metadata = pq.read_metadata(handle)
+            except (OSError, ValueError, pa.ArrowException):
+                seen.add(None)  # not readable from Python here (a file system pyarrow lacks): shuffled
+                break
             seen.add(key_bucket(metadata.schema.to_arrow_schema().metadata))
             rows.append((uri, metadata.num_rows))
         counts = {bucket[1] for bucket in seen if bucket is not None}

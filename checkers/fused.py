@@ -5,7 +5,7 @@ by (run, key)), one collection of the small answer.
 The tests' DataFrame oracle runs each anomaly as its own DataFrame, about 30 Spark jobs and 100
 stages of fixed cost per history; here a history costs the pre-pass (prepass.py: one small
 action with the run statistics, plus one more only when an info op wrote several keys) and
-one job over the shuffled rows. Each
+one job over the key-bucket files (or the shuffled rows). Each
 key group sends back at most MAX_WITNESSES witnesses and a count per anomaly, its
 statistics and the dependency edges it found; the driver merges them exactly as the
 DataFrame oracle ranks its rows: by (sort, detail), counts summed over keys.

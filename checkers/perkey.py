@@ -3,8 +3,10 @@
 All Kafka anomalies except the cycle search are questions about one key (one partition):
 its version order, lost writes, duplicates, inconsistent offsets, the per-(process, key)
 external poll and send order, the per-(op, key) internal order, and the delivery checks.
-The fused pipeline shuffles the history once by (run, key); `check_partition` splits what
-one worker received into keys and calls `check_group` on each. This module is plain
+The fused pipeline gives a Python task either one key-bucket file of a run, which holds all
+rows of its keys (`columns_from_history`), or, for an older layout, what a shuffle by (run,
+key) sent it (`check_partition`, `columns_from_code`); `key_groups` splits the rows into keys
+and `check_group` checks each. This module is plain
 numpy/pyarrow, so the rules read without Spark in the way (tests/checkers/dataframe_oracle/
 states them again one anomaly at a time as DataFrames: the reference it is tested against).
 
@@ -40,10 +42,10 @@ MAX_WITNESSES = 8
 MAX_WITNESS_OPS = 8
 DEFAULT_GROUP = "default"
 
-# The columns a group gets: the history's, with type, f, mop_f, rebalanced, row_in_op and
-# invoke_index packed into `code` (see CODE_FIELDS) so that fewer and cheaper columns cross
-# from the JVM (that crossing is most of the per-key pass's cost). `group` may be left out
-# when no row is a process or commit record.
+# The columns the shuffle sends (a run not in key buckets): the history's, with type, f,
+# mop_f, rebalanced, row_in_op and invoke_index packed into `code` (see CODE_FIELDS) so that
+# fewer and cheaper columns cross from the JVM (that crossing was most of the per-key pass's
+# cost). `group` may be left out when no row is a process or commit record.
 INPUT_COLUMNS = ("run", "key", "process", "op_index", "offset", "value", "code", "group")
 OUTPUT_SCHEMA = ("run string, kind string, anomaly string, sort double, op_indices array<bigint>, detail string, "
                  "n bigint, src bigint, dst bigint, rel string, key bigint, "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 from kio.schema.errors import ErrorCode
 
+from cluster.broker import controller_client
 from cluster.metadata.image import MetadataImage
 from cluster.sim.cluster import SimCluster
 from tests.cluster.sim.sim_requests import create_topic, partition_info, produce_result, read_all, send_produce
@@ -58,7 +59,9 @@ def produce_replicated(sim: SimCluster, image: MetadataImage, broker_id: int, to
                   what=f"broker {broker_id} replicated the write")
 
 
-def test_restarted_broker_loads_the_snapshot_and_follows() -> None:
+@pytest.mark.parametrize("chunk_bytes", [1 << 20, 100], ids=["one-piece", "in-100-byte-pieces"])
+def test_restarted_broker_loads_the_snapshot_and_follows(chunk_bytes: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(controller_client, "SNAPSHOT_CHUNK_BYTES", chunk_bytes)
     sim = start(seed=5, controllers=3)
     make_topics(sim, [f"a{i}" for i in range(6)])
     sim.run_until(lambda: log_start(sim) > 0, 10_000, what="the active controller's log start moved by a snapshot")

@@ -589,10 +589,12 @@ class DockerControl(ClusterControl):
         self._broker(broker_id)
         return self.cluster.is_paused(broker_id)  # type: ignore[attr-defined]
 
+    NOT_RUNNING = "the Docker cluster is not running: no network to partition"
+
     def bridge_cut(self) -> BridgeCut:
         cut = self.cluster.bridge_cut  # type: ignore[attr-defined]
         if cut is None:
-            raise RuntimeError("the Docker cluster is not running: no network to partition")
+            raise RuntimeError(self.NOT_RUNNING)
         return cut
 
 

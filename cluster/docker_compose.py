@@ -58,8 +58,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cluster.control import ClusterControl, pid_running
-from cluster.docker_backend import BridgeCut, DockerUnavailable, docker_client, logquake_nft_tables, remove_nft_table
+from cluster.control import pid_running
+from cluster.docker_backend import BridgeCut, DockerControl, DockerUnavailable, docker_client, logquake_nft_tables, remove_nft_table
 from cluster.launcher import BrokerProcess, BrokerStartError
 from cluster.protocol.client import ProtocolClientError, WireClient
 from cluster.protocol.versions import ApiKey
@@ -710,19 +710,12 @@ class ComposeCluster:
                 self._reaper.wait(timeout=10)
 
 
-class ComposeControl(ClusterControl):
-    """ClusterControl over a ComposeCluster: node ids are the cluster's Kafka node ids; a
-    paused node is a frozen container; partitions are cut on the shared network's bridge."""
+class ComposeControl(DockerControl):
+    """The Docker back end's control over a ComposeCluster: node ids are the cluster's Kafka
+    node ids; a paused node is a frozen container; partitions are cut on the shared
+    network's bridge."""
 
-    def is_paused(self, broker_id: int) -> bool:
-        self._broker(broker_id)
-        return self.cluster.is_paused(broker_id)  # type: ignore[attr-defined]
-
-    def bridge_cut(self) -> BridgeCut:
-        cut = self.cluster.bridge_cut  # type: ignore[attr-defined]
-        if cut is None:
-            raise RuntimeError("the Compose project is not up: no network to partition")
-        return cut
+    NOT_RUNNING = "the Compose project is not up: no network to partition"
 
 
 def main(argv: list[str] | None = None) -> int:

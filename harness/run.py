@@ -19,7 +19,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from harness import store
 from harness.analyze import analyze_run
@@ -127,14 +127,29 @@ def bundled_cluster(run: Run) -> Iterator[None]:
                                         proxies=proxies)
     except ValueError as exc:
         raise HarnessError(f"cannot build the bundled cluster: {exc}") from None
-    with cluster:
+
+    def started() -> None:
         if proxies is not None:
             run.log.info("every link through a proxy on %s: %s", proxies.api_url,
                          ", ".join(f"{link['name']} {link['listen']}" for link in proxies.describe()))
+        run.log.info("bundled cluster of %d broker(s) at %s", spec.brokers, run.bootstrap_servers)
+
+    with _serving(run, cluster, lambda: control_api.ClusterControl(cluster, clocks), started):
+        yield
+
+
+@contextlib.contextmanager
+def _serving(run: Run, cluster: Any, make_control: Callable[[], Any], started: Callable[[], None]) -> Iterator[None]:
+    """The bundled cluster (local processes or containers) up for the run, its control at
+    the nemeses' door; the control closed however the run ends, and with several
+    controllers their metadata logs judged after they stopped (both back ends keep the
+    controllers' data directories where the harness reads them: the Docker one on its bind
+    mount)."""
+    with cluster:
         run.cluster = cluster
         run.bootstrap_servers = cluster.bootstrap_servers
-        run.control = control_api.ClusterControl(cluster, clocks)
-        run.log.info("bundled cluster of %d broker(s) at %s", spec.brokers, run.bootstrap_servers)
+        run.control = make_control()
+        started()
         try:
             yield
         finally:
@@ -183,25 +198,13 @@ def docker_cluster(run: Run) -> Iterator[None]:
                                            seed=derive_seed(spec.seed, "cluster") % 2**31,
                                            extra_env=clocks.extra_env if clocks is not None else None,
                                            shared_dirs=[clocks.clock_dir] if clocks is not None else [])
-    with cluster:
-        run.cluster = cluster
-        run.bootstrap_servers = cluster.bootstrap_servers
-        run.control = docker_backend.DockerControl(cluster, clocks)
+
+    def started() -> None:
         run.log.info("bundled cluster of %d broker(s) and %d controller(s) in containers of image %s on network %s (%s) at %s",
                      spec.brokers, len(cluster.controllers), image, cluster.network_name, cluster.subnet, run.bootstrap_servers)
-        try:
-            yield
-        finally:
-            try:
-                run.control.close()
-            except Exception:
-                run.log.exception("closing the cluster control")
-            run.cluster = None
-    if len(cluster.controllers) > 1:
-        from harness.quorum_report import record_quorum
 
-        # The controllers' data directories are on the bind mount: read as on the local back end.
-        record_quorum(run.run_dir, {c.broker_id: c.data_dir for c in cluster.controllers}, run.log)
+    with _serving(run, cluster, lambda: docker_backend.DockerControl(cluster, clocks), started):
+        yield
 
 
 @contextlib.contextmanager

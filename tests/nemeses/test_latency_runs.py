@@ -117,7 +117,10 @@ def test_latency_and_flaky_faults_on_the_safe_cluster_check_valid_and_land(tmp_p
     assert "proxy logquake-b0-b1 created" in changes and "toxic logquake-latency-" in changes, changes[-2000:]
 
 
-@pytest.mark.slow
+# A soak test: a real run flags the switch only if a consumer reads past the HWM inside the
+# delay window, which timing decides (make test on 8361745 once saw a valid run). The
+# deterministic form, the same delay in the simulation, is test_latency_sim.py.
+@pytest.mark.soak
 def test_latency_alone_exposes_reading_past_the_high_watermark(tmp_path):
     out, run_dir, verdict = run_test(
         tmp_path, "--nemesis", "latency", "--nemesis-interval", "6", "--seed", "22",

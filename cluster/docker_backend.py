@@ -212,26 +212,36 @@ def run_objects(client: Any, run_id: str) -> list[str]:
     return found
 
 
-def _start_reaper(run_id: str, owner_pid: int) -> subprocess.Popen[bytes]:
-    """A detached process that removes the run's objects once `owner_pid` is gone, so a
-    harness killed outright (no teardown) leaves nothing behind."""
+def start_reaper(module: str, key: str, owner_pid: int) -> subprocess.Popen[bytes]:
+    """A detached `python -m MODULE reap KEY OWNER_PID` that removes what KEY names (a run's
+    objects, a Compose project) once `owner_pid` is gone, so a harness killed outright (no
+    teardown) leaves nothing behind."""
     env = dict(os.environ)
     project_root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = project_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return subprocess.Popen([sys.executable, "-m", "cluster.docker_backend", "reap", run_id, str(owner_pid)],
+    return subprocess.Popen([sys.executable, "-m", module, "reap", key, str(owner_pid)],
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True, env=env, cwd=project_root)
 
 
-def _reap_main(run_id: str, owner_pid: int) -> int:
+def reap_when_gone(owner_pid: int, remove: Callable[[Any], Any]) -> int:
+    """The reaper's body: wait for the owner to exit, then `remove(docker client)`."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is for the harness
     while pid_running(owner_pid):
         time.sleep(0.5)
     try:
-        remove_run(docker_client(), run_id)
+        remove(docker_client())
     except DockerUnavailable:
         return 1
     return 0
+
+
+def _start_reaper(run_id: str, owner_pid: int) -> subprocess.Popen[bytes]:
+    return start_reaper("cluster.docker_backend", run_id, owner_pid)
+
+
+def _reap_main(run_id: str, owner_pid: int) -> int:
+    return reap_when_gone(owner_pid, lambda client: remove_run(client, run_id))
 
 
 # -- the cluster ------------------------------------------------------------------------

@@ -46,7 +46,6 @@ import ipaddress
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -59,7 +58,8 @@ from pathlib import Path
 from typing import Any
 
 from cluster.control import pid_running
-from cluster.docker_backend import BridgeCut, DockerControl, DockerUnavailable, docker_client, logquake_nft_tables, remove_nft_table
+from cluster.docker_backend import (BridgeCut, DockerControl, DockerUnavailable, docker_client, logquake_nft_tables,
+                                    reap_when_gone, remove_nft_table, start_reaper)
 from cluster.launcher import BrokerProcess, BrokerStartError
 from cluster.protocol.client import ProtocolClientError, WireClient
 from cluster.protocol.versions import ApiKey
@@ -306,23 +306,11 @@ def sweep_stale(client: Any) -> list[str]:
 
 def _start_reaper(project: str, owner_pid: int) -> subprocess.Popen[bytes]:
     """A detached process that removes the project once `owner_pid` is gone."""
-    env = dict(os.environ)
-    project_root = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = project_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return subprocess.Popen([sys.executable, "-m", "cluster.docker_compose", "reap", project, str(owner_pid)],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True, env=env, cwd=project_root)
+    return start_reaper("cluster.docker_compose", project, owner_pid)
 
 
 def _reap_main(project: str, owner_pid: int) -> int:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is for the harness
-    while pid_running(owner_pid):
-        time.sleep(0.5)
-    try:
-        remove_project(docker_client(), project)
-    except DockerUnavailable:
-        return 1
-    return 0
+    return reap_when_gone(owner_pid, lambda client: remove_project(client, project))
 
 
 # -- probing ----------------------------------------------------------------------------

@@ -240,8 +240,19 @@ def _start_reaper(run_id: str, owner_pid: int) -> subprocess.Popen[bytes]:
     return start_reaper("cluster.docker_backend", run_id, owner_pid)
 
 
-def _reap_main(run_id: str, owner_pid: int) -> int:
-    return reap_when_gone(owner_pid, lambda client: remove_run(client, run_id))
+def reaper_cli(argv: list[str], module: str, key_name: str, remove: Callable[[Any, str], Any],
+               sweep: Callable[[Any], Iterable[str]]) -> int:
+    """`python -m MODULE reap KEY OWNER_PID` (the reaper: `remove(client, KEY)` once the owner
+    is gone) or `python -m MODULE sweep` (what `sweep(client)` removed, a line each)."""
+    if len(argv) == 3 and argv[0] == "reap" and argv[2].isdigit():
+        key = argv[1]
+        return reap_when_gone(int(argv[2]), lambda client: remove(client, key))
+    if argv == ["sweep"]:
+        for item in sweep(docker_client()):
+            print(f"removed {item}")
+        return 0
+    print(f"usage: python -m {module} reap {key_name} OWNER_PID | sweep", file=sys.stderr)
+    return 2
 
 
 # -- the cluster ------------------------------------------------------------------------
@@ -610,15 +621,7 @@ class DockerControl(ClusterControl):
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m cluster.docker_backend reap RUN_ID OWNER_PID` (the reaper) or `sweep`."""
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) == 3 and args[0] == "reap":
-        return _reap_main(args[1], int(args[2]))
-    if args == ["sweep"]:
-        for item in sweep_stale(docker_client()):
-            print(f"removed {item}")
-        return 0
-    print("usage: python -m cluster.docker_backend reap RUN_ID OWNER_PID | sweep", file=sys.stderr)
-    return 2
+    return reaper_cli(sys.argv[1:] if argv is None else argv, "cluster.docker_backend", "RUN_ID", remove_run, sweep_stale)
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ from typing import Any
 
 from cluster.control import pid_running
 from cluster.docker_backend import (BridgeCut, DockerControl, DockerUnavailable, docker_client, logquake_nft_tables,
-                                    reap_when_gone, remove_nft_table, start_reaper)
+                                    reaper_cli, remove_nft_table, start_reaper)
 from cluster.launcher import BrokerProcess, BrokerStartError
 from cluster.protocol.client import ProtocolClientError, WireClient
 from cluster.protocol.versions import ApiKey
@@ -309,8 +309,6 @@ def _start_reaper(project: str, owner_pid: int) -> subprocess.Popen[bytes]:
     return start_reaper("cluster.docker_compose", project, owner_pid)
 
 
-def _reap_main(project: str, owner_pid: int) -> int:
-    return reap_when_gone(owner_pid, lambda client: remove_project(client, project))
 
 
 # -- probing ----------------------------------------------------------------------------
@@ -708,15 +706,8 @@ class ComposeControl(DockerControl):
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m cluster.docker_compose reap PROJECT OWNER_PID` (the reaper) or `sweep`."""
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) == 3 and args[0] == "reap":
-        return _reap_main(args[1], int(args[2]))
-    if args == ["sweep"]:
-        for item in sweep_stale(docker_client()):
-            print(f"removed {item}")
-        return 0
-    print("usage: python -m cluster.docker_compose reap PROJECT OWNER_PID | sweep", file=sys.stderr)
-    return 2
+    return reaper_cli(sys.argv[1:] if argv is None else argv, "cluster.docker_compose", "PROJECT", remove_project,
+                      sweep_stale)
 
 
 if __name__ == "__main__":

@@ -138,6 +138,17 @@ class SimTransport(asyncio.Transport):
         self._stream.close()
         self._loop.call_soon(self._finish, None)
 
+    def close_after_sent(self) -> None:
+        """close() as a real socket's: the requests already written still reach the node
+        (StreamConnection.close_after_sent). A client that relies on it (a request it gave up
+        on may still be served) calls this when the transport has it."""
+        if self._closing:
+            return
+        self._closing = True
+        self._inbox.clear()
+        self._stream.close_after_sent()
+        self._loop.call_soon(self._finish, None)
+
     def abort(self) -> None:
         self.close()
 

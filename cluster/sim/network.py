@@ -115,6 +115,9 @@ class _Connection:
     # A duplicated request's own connection: it carries that one request, and its answer is
     # discarded by the sender.
     copy: bool = False
+    # Closed by the client with requests still on their way (StreamConnection.close_after_sent):
+    # they arrive and are served, their answers dropped; the connection ends with the last.
+    half_closed: bool = False
 
 
 @dataclass(slots=True)
@@ -180,6 +183,22 @@ class StreamConnection:
     def close(self) -> None:
         """Closed by the client: nothing is reported back to it."""
         self._network._fail(self._connection, "closed by the client", notify=False)
+
+    def close_after_sent(self) -> None:
+        """Closed by the client as a socket's close() does (a FIN after the data): what it has
+        sent still reaches the node and is served; the answers are dropped. `close` instead
+        drops what is in transit (as the simulation always did; aiokafka's runs keep it)."""
+        connection = self._connection
+        if not connection.alive:
+            return
+        connection.on_lost = None
+        self._on_frame = _ignore_frame
+        for call in connection.calls:
+            call.on_frame = _ignore_frame
+        if connection.calls:
+            connection.half_closed = True
+        else:
+            self._network._fail(connection, "closed by the client", notify=False)
 
 
 class VirtualNetwork:
@@ -482,7 +501,7 @@ class VirtualNetwork:
         self._deliver(source_host, destination.host, syn_arrives, segment="syn")
 
     def _send_frame(self, connection: _Connection, frame: bytes, on_frame: Callable[[bytes], None]) -> None:
-        if not connection.alive:
+        if not connection.alive or connection.half_closed:
             return
         try:
             api_key, api_version, correlation_id = peek_header(frame[4:])
@@ -585,6 +604,8 @@ class VirtualNetwork:
         connection.calls.remove(call)
         if call.timer is not None:
             call.timer.cancel()
+        if connection.half_closed and not connection.calls:
+            self._fail(connection, "closed by the client", notify=False)  # its last request served
         if call.on_frame is not None:
             if frame is not None:  # acks=0: no answer on the wire
                 call.on_frame(frame)

@@ -47,15 +47,17 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from aiokafka import AIOKafkaProducer, OffsetAndMetadata
-from aiokafka.errors import IllegalOperation, KafkaError
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
 from aiokafka.producer.transaction_manager import TransactionState
+from confluent_kafka import KafkaException
 
 from harness.generator import Completion, Invocation
 from workloads.clients.aiokafka_config import AiokafkaSettings, UnsupportedClientSetting, aiokafka_settings
 from workloads.clients.aiokafka_errors import classify
-from workloads.clients.aiokafka_queue import AiokafkaQueueClient, TopicError, _close_producer, _StartFailed
-from workloads.clients.errors import Outcome
+from workloads.clients.aiokafka_queue import AiokafkaQueueClient, TopicError, _StartFailed
+from workloads.clients.errors import Outcome, describe
+from workloads.clients.kio_txn_producer import GroupMetadata, KioTxnProducer, TxnState
 
 log = logging.getLogger("logquake.client.aiokafka.txn")
 
@@ -63,7 +65,7 @@ INIT_TIMEOUT_S = 10.0  # start: bootstrap, find the coordinator, InitProducerId 
 CALL_TIMEOUT_S = 10.0  # send_offsets_to_transaction and abort_transaction, as Jepsen's 10 s client timeouts
 COMMIT_TIMEOUT_S = 20.0  # commit_transaction with aiokafka's own retries (txn.py's COMMIT_DEADLINE_S)
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000  # librdkafka's and aiokafka's default
-_CLIENT_ERRORS = (KafkaError, OSError, asyncio.TimeoutError)
+_CLIENT_ERRORS = (KafkaError, KafkaException, OSError, asyncio.TimeoutError)
 
 
 def txn_settings(effective: Mapping[str, str], overrides: Mapping[str, str]) -> AiokafkaSettings:
@@ -128,27 +130,67 @@ class _BodyError(Exception):
         self.results = results
 
 
+def kio_producer(bootstrap_servers: str, transactional_id: str, client_id: str, settings: AiokafkaSettings) -> KioTxnProducer:
+    """The transactional producer of a simulated run (workloads/clients/kio_txn_producer.py),
+    configured from the run's librdkafka settings as mapped for aiokafka: request.timeout.ms,
+    message.timeout.ms (the send deadline), transaction.timeout.ms and retry.backoff.ms."""
+    producer = settings.producer
+    return KioTxnProducer(bootstrap_servers=bootstrap_servers, transactional_id=transactional_id, client_id=client_id,
+                          request_timeout_ms=int(producer.get("request_timeout_ms", 30_000)),
+                          message_timeout_ms=int(settings.send_timeout_s * 1000),
+                          transaction_timeout_ms=int(producer.get("transaction_timeout_ms", DEFAULT_TRANSACTION_TIMEOUT_MS)),
+                          retry_backoff_ms=int(producer.get("retry_backoff_ms", 100)))
+
+
+def kio_classify(exc: BaseException) -> Outcome:
+    """The outcome of an exception from the kio producer (confluent_kafka.KafkaException with
+    librdkafka's error, classified by the confluent client's table) or of our own deadline."""
+    if isinstance(exc, KafkaException):
+        return describe(exc)
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
+        return Outcome("info", "kafka-timeout")
+    return classify(exc)
+
+
+def group_metadata(consumer: Any, group_id: str) -> GroupMetadata:
+    """librdkafka's consumer_group_metadata() of an aiokafka consumer: its coordinator's member
+    id and generation (read, not changed: aiokafka has no public accessor), and its static
+    member id; a consumer outside a group (manual assignment) has generation -1, member ''."""
+    coordinator = getattr(consumer, "_coordinator", None)  # noqa: SLF001 - the glue pins aiokafka 0.14
+    generation = getattr(coordinator, "generation", -1)
+    member_id = getattr(coordinator, "member_id", "")
+    instance = getattr(coordinator, "_group_instance_id", None)
+    return GroupMetadata(group_id, -1 if generation is None else int(generation), member_id or "", instance)
+
+
 class AiokafkaTxnQueueClient(AiokafkaQueueClient):
-    """AiokafkaQueueClient whose send/poll/txn ops each run in one Kafka transaction."""
+    """AiokafkaQueueClient whose send/poll/txn ops each run in one Kafka transaction of a
+    KioTxnProducer (the consumer stays aiokafka's)."""
 
     def __init__(self, *, transactional_id: str, **kwargs: Any):
         super().__init__(**kwargs)
         self.transactional_id = transactional_id
         self.group_id: str | None = self.settings.consumer.get("group_id")
+        self._txn_producer: KioTxnProducer | None = None
 
-    async def _producer_(self) -> AIOKafkaProducer:
-        if self._producer is None:
-            producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap_servers, client_id=f"logquake-{self.process}",
-                                        transactional_id=self.transactional_id, **self.settings.producer)
+    async def _txn_producer_(self) -> KioTxnProducer:
+        if self._txn_producer is None:
+            producer = kio_producer(self.bootstrap_servers, self.transactional_id, f"logquake-{self.process}",
+                                    self.settings)
             try:
-                # start() is init_transactions too: it waits for InitProducerId from the id's
-                # coordinator, retrying without a bound while none answers.
-                await asyncio.wait_for(producer.start(), INIT_TIMEOUT_S)
+                # InitProducerId from the id's coordinator (fences the id's earlier producer).
+                await asyncio.wait_for(producer.init_transactions(), INIT_TIMEOUT_S)
             except BaseException:
-                await _close_producer(producer)
+                await producer.close()
                 raise
-            self._producer = producer
-        return self._producer
+            self._txn_producer = producer
+        return self._txn_producer
+
+    async def close(self) -> None:
+        producer, self._txn_producer = self._txn_producer, None
+        if producer is not None:
+            await producer.close()
+        await super().close()
 
     async def invoke(self, invocation: Invocation) -> Completion:
         if invocation.f not in ("send", "poll", "txn"):
@@ -169,34 +211,33 @@ class AiokafkaTxnQueueClient(AiokafkaQueueClient):
         mops: list = invocation.value
         await self.topics.ensure(self.keys.topic(m[1]) for m in mops if m[0] == "send")
         try:
-            producer = await self._producer_()
+            producer = await self._txn_producer_()
         except _CLIENT_ERRORS as exc:
-            outcome = classify(exc)
+            outcome = kio_classify(exc)
             # No transaction began, so nothing of this op happened.
             return Completion("fail", mops, error=["init-transactions", outcome.error], end_process=outcome.end_process)
         first_offsets: dict[int, int] = {}
         results: list = []
         try:
-            state = txn_state(producer)
-            if state is not TransactionState.READY:
-                # Every path that leaves the producer in another state ends the process; this
-                # one would trip aiokafka's transition assertion.
-                raise _BodyError(Outcome("fail", ["illegal-transition", state.name], end_process=True), [])
-            await producer.begin_transaction()
+            if producer.state is not TxnState.READY:
+                # Every path that leaves the producer in another state ends the process.
+                raise _BodyError(Outcome("fail", ["illegal-transition", producer.state.value], end_process=True), [])
+            producer.begin_transaction()
             next_offsets: dict[int, int] = {}
             results = await self._body(invocation, producer, first_offsets, next_offsets)
             if next_offsets and self.group_id is not None:
-                offsets = {self._tp(k): OffsetAndMetadata(o, "") for k, o in sorted(next_offsets.items())}
+                offsets = {(self.keys.topic(k), self.keys.partition(k)): o for k, o in sorted(next_offsets.items())}
                 try:
-                    await asyncio.wait_for(producer.send_offsets_to_transaction(offsets, self.group_id), CALL_TIMEOUT_S)
+                    await asyncio.wait_for(producer.send_offsets_to_transaction(
+                        offsets, group_metadata(self._consumer, self.group_id)), CALL_TIMEOUT_S)
                 except _CLIENT_ERRORS as exc:
-                    raise _BodyError(classify(exc), results) from None
+                    raise _BodyError(kio_classify(exc), results) from None
         except _BodyError as err:
             await self._rollback_consumer(first_offsets)
             return await self._aborted(producer, mops, err.results, err.outcome)
         return await self._commit(producer, mops, results, first_offsets)
 
-    async def _body(self, invocation: Invocation, producer: AIOKafkaProducer, first_offsets: dict[int, int],
+    async def _body(self, invocation: Invocation, producer: KioTxnProducer, first_offsets: dict[int, int],
                     next_offsets: dict[int, int]) -> list:
         mops: list = invocation.value
         abort_at = invocation.extra.get("abort_at")
@@ -208,13 +249,15 @@ class AiokafkaTxnQueueClient(AiokafkaQueueClient):
             if mop[0] == "send":
                 _, key, value = mop
                 try:
-                    outcome, offset = await self._send_one(producer, key, value)
-                except IllegalOperation as exc:
-                    # No longer in the transaction: the sender failed (a fatal error) meanwhile.
-                    outcome, offset = Outcome("fail", ["illegal-operation", str(exc)], end_process=True), None
-                if outcome is not None:
-                    raise _BodyError(outcome, results)
-                results.append(["send", key, [offset, value]])
+                    # The producer bounds the send by message.timeout.ms itself; this bound
+                    # only guards against a bug leaving it waiting.
+                    offset = await asyncio.wait_for(
+                        producer.send(self.keys.topic(key), self.keys.partition(key), str(key).encode(),
+                                      str(value).encode(), self.wall_ms()),
+                        self.settings.send_timeout_s + CALL_TIMEOUT_S)
+                except _CLIENT_ERRORS as exc:
+                    raise _BodyError(kio_classify(exc), results) from None
+                results.append(["send", key, [offset if offset >= 0 else None, value]])
             else:
                 results.append(await self._poll_mop(poll_ms, results, first_offsets, next_offsets))
         return results
@@ -244,21 +287,19 @@ class AiokafkaTxnQueueClient(AiokafkaQueueClient):
             raise _BodyError(outcome, results + [["poll", by_key]])
         return ["poll", by_key]
 
-    async def _commit(self, producer: AIOKafkaProducer, mops: list, results: list,
+    async def _commit(self, producer: KioTxnProducer, mops: list, results: list,
                       first_offsets: dict[int, int]) -> Completion:
-        if txn_state(producer) is TransactionState.ABORTABLE_ERROR:
-            # commit_transaction would raise the abortable error before sending EndTxn: the
-            # commit is never asked for, so this is an abort (librdkafka's txn_requires_abort).
+        if producer.state is TxnState.ABORTABLE_ERROR:
+            # The commit is never asked for, so this is an abort (librdkafka's txn_requires_abort).
             await self._rollback_consumer(first_offsets)
             return await self._aborted(producer, mops, results, Outcome("fail", "abortable-error"))
         try:
             await asyncio.wait_for(producer.commit_transaction(), COMMIT_TIMEOUT_S)
         except _CLIENT_ERRORS as exc:
-            abandon_txn_outcome(producer)
             await self._rollback_consumer(first_offsets)
             # The commit may or may not have landed: indefinite, and this producer is done.
             return Completion("info", results + [list(m) for m in mops[len(results):]],
-                              error=["commit", classify(exc).error], end_process=True)
+                              error=["commit", kio_classify(exc).error], end_process=True)
         for mop in results:
             if mop[0] == "poll":
                 for key, pairs in mop[1].items():
@@ -266,23 +307,22 @@ class AiokafkaTxnQueueClient(AiokafkaQueueClient):
                         self._positions[key] = max(self._positions.get(key, -1), pairs[-1][0] + 1)
         return Completion("ok", results)
 
-    async def _aborted(self, producer: AIOKafkaProducer, mops: list, results: list, cause: Outcome) -> Completion:
+    async def _aborted(self, producer: KioTxnProducer, mops: list, results: list, cause: Outcome) -> Completion:
         """Abort the transaction after `cause` (never asked to commit): the op's completion,
         `fail` whatever becomes of the abort. What was done keeps its results (sends with
         their offsets, polls with their records); the rest stays raw."""
         value = results + [list(m) for m in mops[len(results):]]
         label = cause.error if cause.error == "intentional" else ["error", cause.error]
-        state = txn_state(producer)
-        if cause.end_process or state not in (TransactionState.IN_TRANSACTION, TransactionState.ABORTABLE_ERROR):
-            return Completion("fail", value, error=["abort-failed", label, f"producer in state {state.name}"],
+        state = producer.state
+        if cause.end_process or state not in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR):
+            return Completion("fail", value, error=["abort-failed", label, f"producer in state {state.value}"],
                               end_process=True)
         try:
             await asyncio.wait_for(producer.abort_transaction(), CALL_TIMEOUT_S)
         except _CLIENT_ERRORS as exc:
-            abandon_txn_outcome(producer)
             # Never asked to commit, the transaction cannot commit: the coordinator aborts it
             # (transaction.timeout.ms, or the next InitProducerId of this id).
-            return Completion("fail", value, error=["abort-failed", label, classify(exc).error], end_process=True)
+            return Completion("fail", value, error=["abort-failed", label, kio_classify(exc).error], end_process=True)
         return Completion("fail", value, error=["abort", label])
 
     async def _rollback_consumer(self, first_offsets: dict[int, int]) -> None:

@@ -33,10 +33,17 @@ T = TypeVar("T")
 class SimSpeed:
     simulated_s: float
     wall_s: float  # measured outside the simulation, for reporting only
+    # This process's CPU seconds over the same span (every thread's): on a shared machine the
+    # wall figure follows the load, this one much less.
+    cpu_s: float = 0.0
 
     @property
     def ratio(self) -> float:
         return self.simulated_s / self.wall_s if self.wall_s > 0 else float("inf")
+
+    @property
+    def cpu_ratio(self) -> float:
+        return self.simulated_s / self.cpu_s if self.cpu_s > 0 else float("inf")
 
 
 class SimAsyncio:
@@ -72,11 +79,13 @@ class SimAsyncio:
         simulated seconds."""
         started_ns = self.sim.clock.monotonic_ns()
         wall_started = time.perf_counter()  # speed report only: nothing in the run reads it
+        cpu_started = time.process_time()
         try:
             return self.loop.run_until_complete(asyncio.wait_for(coro, timeout_s))
         finally:
             self.speed.simulated_s += (self.sim.clock.monotonic_ns() - started_ns) / 1e9
             self.speed.wall_s += time.perf_counter() - wall_started
+            self.speed.cpu_s += time.process_time() - cpu_started
 
     def close(self) -> None:
         try:

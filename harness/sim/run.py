@@ -21,8 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,7 +116,7 @@ def execute_sim(run: Run, fault_ops: Sequence[FaultOp] | None = None, *, check_h
 
         write_quorum_report(run.run_dir, sim.quorum_report(), run.log)
     info = {"simulated": True, "simulated_s": round(speed.simulated_s, 3), "wall_s": round(speed.wall_s, 3),
-            "speed": round(speed.ratio, 2), "client_requests": len(runtime.trace),
+            "speed": round(speed.ratio, 2), "cpu_s": round(speed.cpu_s, 3), "client_requests": len(runtime.trace),
             "clients": phases.client_settings}
     (run.run_dir / SIMULATION_FILE).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     run.log.info("simulated %.1f s in %.1f wall s: %.1fx", speed.simulated_s, speed.wall_s, speed.ratio)
@@ -135,22 +134,14 @@ def execute_sim(run: Run, fault_ops: Sequence[FaultOp] | None = None, *, check_h
                       f"{message}; simulated {speed.simulated_s:.0f} s at {speed.ratio:.1f}x")
 
 
-@contextlib.contextmanager
-def _client_log_to(run: Run) -> Iterator[None]:
+def _client_log_to(run: Run) -> contextlib.AbstractContextManager[None]:
     """aiokafka's log goes to harness.log, as librdkafka's does in a real run (not stderr,
-    where a simulated run's reconnect attempts to dead brokers would flood the terminal)."""
-    client_log = logging.getLogger("aiokafka")
+    where a simulated run's reconnect attempts to dead brokers would flood the terminal),
+    buffered: see harness.sim.run_log (the harness's own records are flushed at once)."""
+    from harness.sim.run_log import buffered_run_log
+
     handler = getattr(run, "_log_handler", None)
-    propagate = client_log.propagate
-    if handler is not None:
-        client_log.addHandler(handler)
-    client_log.propagate = False
-    try:
-        yield
-    finally:
-        client_log.propagate = propagate
-        if handler is not None:
-            client_log.removeHandler(handler)
+    return buffered_run_log(handler, run.log, ("aiokafka",))
 
 
 def record_simulation(run: Run, info: dict[str, Any]) -> None:

@@ -2,6 +2,7 @@
 mock cluster (issue #14, Performance).
 
     python -m bench.bench_txn [--transactions 1000] [--records 10] [--size 100] [--partitions 4] [--producers 1,4]
+                              [--trace-dir DIR]
 
 Each producer (confluent-kafka, its own transactional.id, so idempotent and acks=all) runs
 `--transactions` transactions back to back: begin, `--records` records of `--size` bytes
@@ -18,11 +19,16 @@ bundled/mock (goal >= 0.5x the mock's transactions/s), and the broker CPU per tr
 the bundled cluster. Afterwards a read_committed consumer reads each topic to its end and
 must find exactly the committed records (the figure counts only transactions that did
 commit). Clients and brokers share the machine's cores: figures are lower bounds.
+
+`--trace-dir DIR` (with `--producers 1`): the brokers record their requests' timelines there
+(cluster/runtime/request_trace.py) and the run ends with where a transaction's time went
+(bench/txn_trace.py): markers and CompleteCommit, Produce, the client, EndTxn.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import threading
 import time
@@ -32,7 +38,9 @@ import psutil
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from bench import txn_trace
 from cluster.launcher import LocalCluster
+from cluster.runtime.request_trace import ENV as TRACE_ENV
 
 TOPIC = "txn-bench"  # one topic per producer count: txn-bench-<n>
 CLUSTER_CONFIG = {
@@ -209,13 +217,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=100, help="bytes per record (default 100)")
     parser.add_argument("--partitions", type=int, default=4, help="partitions of the topic (default 4)")
     parser.add_argument("--producers", default="1,4", help="comma list of producer counts to run (default 1,4)")
+    parser.add_argument("--trace-dir", help="record the brokers' request timelines here and print where the time went "
+                                            "(needs --producers 1)")
     opts = parser.parse_args(argv)
     producer_counts = [int(n) for n in opts.producers.split(",") if n.strip()]
+    if opts.trace_dir and producer_counts != [1]:
+        parser.error(f"--trace-dir needs --producers 1 (the phases follow one producer's transactions), not {opts.producers}")
     payload = b"x" * opts.size
     print(f"load at start: {' '.join(open('/proc/loadavg').read().split()[:3])}; {psutil.cpu_count()} cores", flush=True)
     print(f"{opts.transactions} transactions per producer of {opts.records} x {opts.size} B over {opts.partitions} "
           f"partitions, acks=all (idempotent), 3 brokers; bundled RF 3 min ISR 2", flush=True)
-    bundled = bench_bundled(producer_counts, opts.transactions, opts.records, payload, opts.partitions)
+    if opts.trace_dir:
+        os.makedirs(opts.trace_dir, exist_ok=True)
+        for stale in os.listdir(opts.trace_dir):
+            if stale.startswith("broker-") and stale.endswith(".trace"):
+                os.remove(os.path.join(opts.trace_dir, stale))
+        os.environ[TRACE_ENV] = os.path.abspath(opts.trace_dir)  # the brokers inherit it
+    try:
+        bundled = bench_bundled(producer_counts, opts.transactions, opts.records, payload, opts.partitions)
+    finally:
+        os.environ.pop(TRACE_ENV, None)
     mock, mock_replicas = bench_mock(producer_counts, opts.transactions, opts.records, payload, opts.partitions)
     print(f"load at end: {' '.join(open('/proc/loadavg').read().split()[:3])}")
     print(f"{'':34}{'txn/s':>10}{'commit p50 ms':>15}{'commit p99 ms':>15}{'read_committed':>16}")
@@ -231,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
               f"CPU {(user_per_txn_s + system_per_txn_s) * 1000:.2f} ms per transaction over the 3 brokers (user "
               f"{user_per_txn_s * 1000:.2f}, system {system_per_txn_s * 1000:.2f}); mean commit "
               f"{statistics.fmean(b.commit_latencies_s) * 1000:.1f} ms bundled, {statistics.fmean(m.commit_latencies_s) * 1000:.1f} ms mock")
+    if opts.trace_dir:
+        print("\n".join(txn_trace.report(txn_trace.summarize(txn_trace.load(opts.trace_dir)))))
     return 0 if all_found else 1
 
 

@@ -41,6 +41,7 @@ from cluster.runtime.adapters import AsyncioScheduler, SystemClock
 from cluster.runtime.connection import BrokerConnection
 from cluster.runtime.disk_faults import DiskFaultCommands, sleep_ms
 from cluster.runtime.outbound import AsyncioOutbound
+from cluster.runtime.request_trace import install_from_env as install_request_trace
 from cluster.storage.disk import OsDisk
 from cluster.storage.faulty_disk import FaultyDisk
 
@@ -171,11 +172,15 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(args.data_dir, exist_ok=True)
     _setup_logging(args.log_file or os.path.join(args.data_dir, "broker.log"))
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(8), "big")
+    trace = install_request_trace(args.broker_id)  # only with LOGQUAKE_REQUEST_TRACE_DIR set
     try:
         asyncio.run(serve(config, seed, args.ready_file, args.listening_file))
     except Exception:
         log.exception("broker %d failed", args.broker_id)
         return 1
+    finally:
+        if trace is not None:
+            trace.write()
     return 0
 
 

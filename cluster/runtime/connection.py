@@ -22,6 +22,7 @@ from cluster.broker.env import ClientInfo, Response
 from cluster.protocol.codec import RequestError, UnsupportedVersionError, decode_request, unsupported_api_versions_response
 from cluster.protocol.frames import FrameError, FrameSplitter
 from cluster.protocol.versions import ApiKey
+from cluster.runtime import request_trace
 
 log = logging.getLogger(__name__)
 _connection_ids = itertools.count(1)
@@ -113,12 +114,17 @@ class BrokerConnection(asyncio.Protocol):
         self._client.client_id = request.client_id
         self._busy = True
         answered = False
+        trace = request_trace.TRACE
+        if trace is not None:
+            trace.event("in", request.api_key, request.api_version, self._id)
 
         def reply(response: Response) -> None:
             nonlocal answered
             if answered:
                 raise RuntimeError(f"request {request.api_key} v{request.api_version} answered twice")
             answered = True
+            if trace is not None:
+                trace.event("out", request.api_key, request.api_version, self._id)
             self._on_reply(response)
 
         try:

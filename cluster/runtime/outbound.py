@@ -26,6 +26,7 @@ from typing import Any
 
 from cluster.broker.env import Endpoint, OutboundResult
 from cluster.protocol.codec import decode_response, encode_request
+from cluster.runtime import request_trace
 
 log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
@@ -92,6 +93,8 @@ class _Peer:
             self.loop.call_soon(on_done, OutboundResult(None, f"cannot encode request {api_key} v{api_version}: {error!r}"))
             return
         entry = _InFlight(correlation_id, api_key, api_version, on_done, self.loop.time() + timeout_ms / 1000.0, timeout_ms)
+        if request_trace.TRACE is not None:
+            request_trace.TRACE.event("send", api_key, api_version, self.endpoint.node_id)
         self._in_flight.append(entry)
         if entry.deadline < self._timer_at:
             self._arm(entry.deadline)
@@ -135,6 +138,8 @@ class _Peer:
             self._in_flight.appendleft(entry)
             self.fail(f"{self.endpoint} answered correlation id {correlation_id}, expected {entry.correlation_id}")
             return
+        if request_trace.TRACE is not None:
+            request_trace.TRACE.event("answered", entry.api_key, entry.api_version, self.endpoint.node_id)
         entry.on_done(OutboundResult(body))
 
     def _arm(self, when: float) -> None:

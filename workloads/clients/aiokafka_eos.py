@@ -42,23 +42,25 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, OffsetAndMetadata, TopicPartition
 from aiokafka.errors import IllegalOperation, KafkaError
-from aiokafka.producer.transaction_manager import TransactionState
+from confluent_kafka import KafkaException
 
 from harness.generator import Completion, Invocation
 from workloads.clients.aiokafka_queue import (
     START_TIMEOUT_S, AiokafkaQueueClient, TopicError, _close_producer, _close_quietly, _StartFailed,
 )
 from workloads.clients.aiokafka_txn import (
-    CALL_TIMEOUT_S, COMMIT_TIMEOUT_S, INIT_TIMEOUT_S, abandon_txn_outcome, txn_state,
+    CALL_TIMEOUT_S, COMMIT_TIMEOUT_S, INIT_TIMEOUT_S, group_metadata, kio_classify, kio_producer,
 )
 from workloads.clients.aiokafka_errors import classify
 from workloads.clients.eos import COPY_ID_BITS, DELIVERY_DEADLINE_S, VERIFY_READ_S, VERIFY_SETTLE_S, EosKeys
 from workloads.clients.errors import Outcome
+from workloads.clients.kio_txn_producer import KioTxnProducer, TxnState
 
 log = logging.getLogger("logquake.client.aiokafka.eos")
 
 REVOKE_SETTLE_S = 5.0  # how long a revoked copier waits for its last commit's offsets to become visible
 _CLIENT_ERRORS = (KafkaError, OSError, asyncio.TimeoutError)
+_TXN_ERRORS = (KafkaException, KafkaError, OSError, asyncio.TimeoutError)  # the kio producer's, and our deadlines
 
 
 class _Abort(Exception):
@@ -92,7 +94,7 @@ class AiokafkaEosClient(AiokafkaQueueClient):
         self.copy_ids = copy_ids
         self.eos_keys: EosKeys = self.keys  # type: ignore[assignment]
         self.group_id: str = self.settings.consumer["group_id"]
-        self._copier: AIOKafkaProducer | None = None
+        self._copier: AIOKafkaProducer | KioTxnProducer | None = None
         self._copy_lock = asyncio.Lock()
         self._closing = False
         self._committed: dict[int, int] = {}  # input partition -> next offset of our last committed copy
@@ -144,16 +146,25 @@ class AiokafkaEosClient(AiokafkaQueueClient):
             self._subscribed = True
         return self._consumer  # type: ignore[return-value]
 
-    async def _copier_(self) -> AIOKafkaProducer:
+    async def _copier_(self) -> AIOKafkaProducer | KioTxnProducer:
         if self._copier is None:
+            if self.transactional_id is not None:
+                txn = kio_producer(self.bootstrap_servers, self.transactional_id, f"logquake-{self.process}-copier",
+                                   self.settings)
+                try:
+                    # InitProducerId fences this thread's earlier copier and aborts the
+                    # transaction it left open.
+                    await asyncio.wait_for(txn.init_transactions(), INIT_TIMEOUT_S)
+                except BaseException:
+                    await txn.close()
+                    raise
+                self._copier = txn
+                return txn
             params = dict(self.settings.producer)
-            if self.transactional_id is None:
-                params.pop("transaction_timeout_ms", None)
+            params.pop("transaction_timeout_ms", None)
             producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap_servers, client_id=f"logquake-{self.process}-copier",
-                                        transactional_id=self.transactional_id, **params)
+                                        **params)
             try:
-                # With a transactional id: InitProducerId fences this thread's earlier copier
-                # and aborts the transaction it left open.
                 await asyncio.wait_for(producer.start(), INIT_TIMEOUT_S)
             except BaseException:
                 await _close_producer(producer)
@@ -190,8 +201,8 @@ class AiokafkaEosClient(AiokafkaQueueClient):
     async def _copy(self, invocation: Invocation) -> Completion:
         try:
             producer = await self._copier_()
-        except _CLIENT_ERRORS as exc:
-            outcome = classify(exc)
+        except _TXN_ERRORS as exc:
+            outcome = kio_classify(exc)
             return Completion("fail", None, error=["init-transactions", outcome.error], end_process=outcome.end_process)
         consumer = await self._started(self._consumer_)
         async with self._copy_lock:
@@ -213,21 +224,25 @@ class AiokafkaEosClient(AiokafkaQueueClient):
             crash = invocation.extra.get("crash")
             if self.transactional_id is None:
                 return await self._copy_plain(producer, consumer, records, value, crash)
+            # The group generation whose records these are (librdkafka's
+            # consumer_group_metadata() after the poll, as the confluent client takes it): a
+            # rebalance before the offsets are sent makes the coordinator refuse them (KIP-447).
+            metadata = group_metadata(consumer, self.group_id)
             try:
-                if txn_state(producer) is not TransactionState.READY:
-                    raise _Abort(Outcome("fail", ["illegal-transition", txn_state(producer).name], end_process=True))
-                await producer.begin_transaction()
-                value += await self._produce(producer, records)
+                if producer.state is not TxnState.READY:
+                    raise _Abort(Outcome("fail", ["illegal-transition", producer.state.value], end_process=True))
+                producer.begin_transaction()
+                value += await self._produce_txn(producer, records)
                 stall_s = float(invocation.extra.get("stall_s", 0))
                 if stall_s > 0:
                     # Not polling: aiokafka leaves the group after max.poll.interval.ms and the
-                    # partitions move on; we come back as a zombie (see the module's doc).
+                    # partitions move on; we come back as a zombie, which KIP-447 fences.
                     await asyncio.sleep(stall_s)
+                offsets = {(tp.topic, tp.partition): o.offset for tp, o in self._next_offsets(records).items()}
                 try:
-                    await asyncio.wait_for(producer.send_offsets_to_transaction(self._next_offsets(records), self.group_id),
-                                           CALL_TIMEOUT_S)
-                except _CLIENT_ERRORS as exc:
-                    raise _Abort(classify(exc)) from None
+                    await asyncio.wait_for(producer.send_offsets_to_transaction(offsets, metadata), CALL_TIMEOUT_S)
+                except _TXN_ERRORS as exc:
+                    raise _Abort(kio_classify(exc)) from None
                 if crash == "before-commit":
                     # Killed with its transaction open: never asked to commit, so it cannot commit.
                     self._rewind(consumer, records)
@@ -237,6 +252,25 @@ class AiokafkaEosClient(AiokafkaQueueClient):
                 self._rewind(consumer, records)
                 return await self._aborted(producer, value, err.outcome)
             return await self._commit(producer, consumer, records, value)
+
+    async def _produce_txn(self, producer: KioTxnProducer, records: list[tuple[TopicPartition, Any]]) -> list:
+        """Every record's value to the output in the transaction, one acknowledged send after
+        another; the sends, in order. Raises _Abort on the first failure or after
+        DELIVERY_DEADLINE_S."""
+        copy_id = next(self.copy_ids) % (1 << COPY_ID_BITS)
+        values = [int(record.value) << COPY_ID_BITS | copy_id for _, record in records]
+        offsets: list[int] = []
+        try:
+            async with asyncio.timeout(DELIVERY_DEADLINE_S):
+                for (tp, record), value in zip(records, values):
+                    offsets.append(await producer.send(self.output_topic, tp.partition, record.key, str(value).encode(),
+                                                       self.wall_ms()))
+        except TimeoutError:
+            raise _Abort(Outcome("fail", "delivery-timeout")) from None
+        except _TXN_ERRORS as exc:
+            raise _Abort(kio_classify(exc)) from None
+        return [["send", self.eos_keys.output_key(tp.partition), [offset if offset >= 0 else None, value]]
+                for (tp, _), value, offset in zip(records, values, offsets)]
 
     async def _produce(self, producer: AIOKafkaProducer, records: list[tuple[TopicPartition, Any]]) -> list:
         """Every record's value to the output, each acknowledged; the sends, in order. Raises
@@ -268,33 +302,31 @@ class AiokafkaEosClient(AiokafkaQueueClient):
             nxt[tp.partition] = max(nxt.get(tp.partition, 0), record.offset + 1)
         return {TopicPartition(self.input_topic, p): OffsetAndMetadata(o, "") for p, o in sorted(nxt.items())}
 
-    async def _commit(self, producer: AIOKafkaProducer, consumer: AIOKafkaConsumer,
+    async def _commit(self, producer: KioTxnProducer, consumer: AIOKafkaConsumer,
                       records: list[tuple[TopicPartition, Any]], value: list) -> Completion:
-        if txn_state(producer) is TransactionState.ABORTABLE_ERROR:
+        if producer.state is TxnState.ABORTABLE_ERROR:
             self._rewind(consumer, records)
             return await self._aborted(producer, value, Outcome("fail", "abortable-error"))
         try:
             await asyncio.wait_for(producer.commit_transaction(), COMMIT_TIMEOUT_S)
-        except _CLIENT_ERRORS as exc:
-            abandon_txn_outcome(producer)
+        except _TXN_ERRORS as exc:
             self._rewind(consumer, records)
-            return Completion("info", value, error=["commit", classify(exc).error], end_process=True)
+            return Completion("info", value, error=["commit", kio_classify(exc).error], end_process=True)
         for tp, offset_and_metadata in self._next_offsets(records).items():
             self._committed[tp.partition] = offset_and_metadata.offset
         return Completion("ok", value)
 
-    async def _aborted(self, producer: AIOKafkaProducer, value: list, cause: Outcome) -> Completion:
+    async def _aborted(self, producer: KioTxnProducer, value: list, cause: Outcome) -> Completion:
         """Abort after `cause` (never asked to commit): `fail` whatever becomes of the abort."""
-        state = txn_state(producer)
-        if cause.end_process or state not in (TransactionState.IN_TRANSACTION, TransactionState.ABORTABLE_ERROR):
-            return Completion("fail", value, error=["abort-failed", cause.error, f"producer in state {state.name}"],
+        state = producer.state
+        if cause.end_process or state not in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR):
+            return Completion("fail", value, error=["abort-failed", cause.error, f"producer in state {state.value}"],
                               end_process=True)
         try:
             await asyncio.wait_for(producer.abort_transaction(), CALL_TIMEOUT_S)
-        except _CLIENT_ERRORS as exc:
-            abandon_txn_outcome(producer)
+        except _TXN_ERRORS as exc:
             # The coordinator aborts it: this thread's next copier fences the id, or it times out.
-            return Completion("fail", value, error=["abort-failed", cause.error, classify(exc).error], end_process=True)
+            return Completion("fail", value, error=["abort-failed", cause.error, kio_classify(exc).error], end_process=True)
         return Completion("fail", value, error=["abort", cause.error])
 
     async def _copy_plain(self, producer: AIOKafkaProducer, consumer: AIOKafkaConsumer,
@@ -412,7 +444,9 @@ class AiokafkaEosClient(AiokafkaQueueClient):
         abort (the thread's next copier fences the id)."""
         self._closing = True
         copier, self._copier = self._copier, None
-        if copier is not None:
+        if isinstance(copier, KioTxnProducer):
+            await copier.close()  # no abort: the thread's next copier fences the id
+        elif copier is not None:
             await _close_producer(copier)
         consumer, self._consumer = self._consumer, None
         if consumer is not None:

@@ -50,6 +50,9 @@ class ClaimInputs:
     # log.crash.lose.unflushed: a SIGKILLed broker also loses what it had not fsynced, as a
     # machine crash would (by default SIGKILL keeps the page cache, as on Linux).
     lose_unflushed_on_crash: bool = False
+    # eligible.leader.replicas.version (KIP-966; the bundled cluster's default 1, as Kafka 4.1's
+    # new clusters): off, one crash of a lone ISR member loses what min ISR replicas acknowledged.
+    eligible_leader_replicas: bool = True
     # Unsafe switches that reproduce Kafka bugs (replica.truncate.to.high.watermark,
     # fetch.read.past.high.watermark): named in reasons, never an allowance.
     bug_switches: tuple[str, ...] = ()
@@ -124,12 +127,14 @@ class ClaimInputs:
         min_isr = int_setting(cluster, "min.insync.replicas", 1)
         unclean = _truthy(cluster.get("unclean.leader.election.enable"), False)
         lose_unflushed = _truthy(cluster.get("log.crash.lose.unflushed"), False)
+        elr = str(cluster.get("eligible.leader.replicas.version", "1")).strip() != "0"
         source = ""
         # An external cluster: --bootstrap-servers, or a user's Compose project (--docker-compose).
         if spec.get("bootstrap_servers") is not None or spec.get("docker_compose") is not None:
             reported = _reported_by_cluster(cluster_settings, requested_rf=replication_factor, typed_min_isr=min_isr)
             min_isr, unclean, replication_factor = reported.min_isr, reported.unclean, reported.replication_factor
             lose_unflushed, bug_switches, source = reported.lose_unflushed, reported.bug_switches, reported.source
+            elr = True  # not reported: the reading that excuses nothing
         return cls(
             workload=workload,
             acks=acks,
@@ -144,6 +149,7 @@ class ClaimInputs:
             sub_via=sub_via,
             ww_deps=bool(options.get("ww_deps", True)),
             lose_unflushed_on_crash=lose_unflushed,
+            eligible_leader_replicas=elr,
             bug_switches=bug_switches,
             settings_source=source,
         )
@@ -299,10 +305,19 @@ def loss_allowance(inputs: ClaimInputs) -> str | None:
         return (f"unclean.leader.election.enable=true with faults ({faults}): design.html §4.7, an out-of-sync "
                 "replica may be elected and committed messages lost")
     kills = sorted(inputs.faults & KILL_FAULTS)
+    if inputs.lose_unflushed_on_crash and kills and not inputs.eligible_leader_replicas:
+        # KIP-966's "last replica standing": without eligible leader replicas the ISR can
+        # shrink to one broker while the others are only stalled, cut off or down (any fault
+        # that fences them, kills included), and that broker, crashing with its unflushed
+        # tail lost, is still the whole ISR and leads again: one crash, whatever min ISR.
+        return (f"log.crash.lose.unflushed=true, kills ({', '.join(kills)}), eligible.leader.replicas.version=0: "
+                "KIP-966's last replica standing (Kafka before 4.1, or without the feature), the lone ISR member "
+                "crashes losing its unflushed tail and is elected again")
     if (inputs.lose_unflushed_on_crash and kills
             and (inputs.min_insync_replicas <= 1 or inputs.replication_factor <= 1)):
-        # With min ISR n ≥ 2 a loss needs n simultaneous crashes of unflushed copies; the
-        # history does not tell how many kills overlapped, so that case stays bad.
+        # With eligible leader replicas (the default) and min ISR n ≥ 2 a loss needs n
+        # overlapping crashes of unflushed copies (KIP-966: n - 1 unclean shutdowns lose
+        # nothing); the history does not tell how many kills overlapped, so that stays bad.
         return (f"log.crash.lose.unflushed=true, kills ({', '.join(kills)}), "
                 f"min.insync.replicas={inputs.min_insync_replicas}, replication factor {inputs.replication_factor}: "
                 "design.html §4.7 and KIP-966, a lone in-sync copy that crashes loses its unflushed tail")

@@ -20,6 +20,7 @@ from kio.index import EntityType
 from kio.schema.errors import ErrorCode
 
 from cluster.broker import admin_api, config_api, delete_records_api, fetch, group_api, produce, producers_api, topic_api, txn_admin_api, txn_api, txn_markers_api, txn_offset_api
+from cluster.broker import clean_shutdown
 from cluster.broker.controller_client import ControllerClient
 from cluster.broker.env import ClientInfo, Clock, Endpoint, Outbound, Reply, Response, Rng, Scheduler, TimerHandle
 from cluster.broker.fetch_sessions import FetchSessionCache
@@ -159,6 +160,7 @@ class Broker:
         """Start replication and the controller session; partitions are opened (and
         recovered) as the metadata log names them."""
         self.disk.makedirs(self.config.data_dir)
+        self.controller_client.previous_broker_epoch = clean_shutdown.take_previous_epoch(self.disk, self.config.data_dir)
         self.replicas.start()
         self.controller_client.start()
         self._running = True
@@ -184,6 +186,7 @@ class Broker:
         self._timers.clear()
         self.controller_client.stop()
         self.replicas.shutdown()
+        clean_shutdown.mark_clean(self.disk, self.config.data_dir, self.controller_client.broker_epoch)
         log.info("broker %d shut down cleanly", self.config.broker_id)
 
     def _on_log_dir_failure(self, reason: str) -> None:

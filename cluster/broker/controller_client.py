@@ -60,7 +60,7 @@ from cluster.storage.batch import InvalidBatchError, parse_header, split_batches
 from kio.index import EntityType
 
 log = logging.getLogger(__name__)
-REGISTRATION_VERSION = 2
+REGISTRATION_VERSION = 3  # v3 carries PreviousBrokerEpoch (KIP-966)
 HEARTBEAT_VERSION = 0
 ALTER_PARTITION_VERSION = 3
 METADATA_FETCH_VERSION = 12
@@ -129,6 +129,8 @@ class ControllerClient:
         self.snapshots_loaded = 0  # controller snapshots installed (behind the log start)
         self.reloads = 0  # image rebuilds (past the committed log end)
         self.broker_epoch = -1
+        # The epoch of the last clean shutdown (broker/clean_shutdown.py), -1 after a crash.
+        self.previous_broker_epoch = -1
         self.incarnation_id = uuid.UUID(int=rng.getrandbits(128), version=4)
         self.fenced = True
         self._running = False
@@ -224,7 +226,8 @@ class ControllerClient:
                      cluster_id=self.config.cluster_id, incarnation_id=self.incarnation_id,
                      listeners=(listener(name="PLAINTEXT", host=self.config.advertised_host, port=self.config.advertised_port,
                                          security_protocol=0),),
-                     features=(), rack=None, is_migrating_zk_broker=False, log_dirs=())
+                     features=(), rack=None, is_migrating_zk_broker=False, log_dirs=(),
+                     previous_broker_epoch=self.previous_broker_epoch)
 
         def done(result: OutboundResult) -> None:
             if not self._running:

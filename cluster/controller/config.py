@@ -20,6 +20,13 @@ def _voters(node_id: int, text: str) -> str:
     return voters.format()
 
 
+def _elr_version(props: Mapping[str, str]) -> int:
+    raw = str(props.get("eligible.leader.replicas.version", "1")).strip()
+    if raw not in ("0", "1"):
+        raise ValueError(f"eligible.leader.replicas.version={raw!r}: the feature level is 0 (off) or 1 (on)")
+    return int(raw)
+
+
 @dataclass(frozen=True)
 class ControllerConfig:
     node_id: int
@@ -31,6 +38,11 @@ class ControllerConfig:
     broker_session_timeout_ms: int = 9000  # broker.session.timeout.ms
     # Unsafe when true: a replica outside the ISR may be elected, losing committed records.
     unclean_leader_election_enable: bool = False  # unclean.leader.election.enable (topic configs override)
+    # Eligible leader replicas (KIP-966): 1, Kafka 4.1's default for new clusters; 0 is the
+    # older rule (unsafe with log.crash.lose.unflushed: the last ISR member is elected again
+    # after a crash that lost its unflushed tail). Kafka's feature of the same name.
+    eligible_leader_replicas_version: int = 1  # eligible.leader.replicas.version
+    min_insync_replicas: int = 1  # min.insync.replicas (topic configs override): the ELR's threshold
     num_partitions: int = 1  # num.partitions
     default_replication_factor: int = 1  # default.replication.factor
     producer_id_block_size: int = 1000  # our own: producer ids per AllocateProducerIds
@@ -55,6 +67,8 @@ class ControllerConfig:
             cluster_id=props.get("cluster.id", "logquake-cluster"),
             broker_session_timeout_ms=_int(props, "broker.session.timeout.ms", 9000, 1),
             unclean_leader_election_enable=_bool(props, "unclean.leader.election.enable", False),
+            eligible_leader_replicas_version=_elr_version(props),
+            min_insync_replicas=_int(props, "min.insync.replicas", 1, 1),
             num_partitions=_int(props, "num.partitions", 1, 1),
             default_replication_factor=_int(props, "default.replication.factor", 1, 1),
             producer_id_block_size=_int(props, "producer.id.block.size", 1000, 1),

@@ -6,8 +6,11 @@ they are committed. Only the quorum's leader decides; the others answer NOT_CONT
 Decisions follow KRaft (reference/kafka-reliability.md §1.3, §2.2-2.3):
 - broker epoch = offset of the broker's registration record; a registration starts fenced
   and is unfenced once the broker has caught up with the log up to that record;
-- missed heartbeats for broker.session.timeout.ms fence a broker: it leaves every ISR (but
-  the last member stays, as KRaft keeps it) and loses every leadership;
+- missed heartbeats for broker.session.timeout.ms fence a broker: it leaves every ISR and
+  loses every leadership; with eligible leader replicas (KIP-966, on by default as in Kafka
+  4.1) the ISR may empty and members lost below min ISR become eligible leaders, and a broker
+  registering after an unclean shutdown (no clean-shutdown epoch) leaves every ISR and ELR;
+  without them (eligible.leader.replicas.version=0) the last ISR member stays, as KRaft kept it;
 - a leader is elected from the usable ISR members in replica order; only with
   unclean.leader.election.enable (broker or topic config) from any usable replica, which then
   becomes the whole ISR and is marked recovering (committed records may be lost);
@@ -361,19 +364,38 @@ class Controller:
         broker = self.image.brokers.get(broker_id)
         return broker is not None and broker.usable
 
-    def _reelect(self, p: PartitionState, leaving: int | None) -> PartitionRecord | None:
-        return reelect(p, leaving, self._usable, self._unclean_allowed(p.topic))
+    @property
+    def _elr_enabled(self) -> bool:
+        return self.config.eligible_leader_replicas_version >= 1
+
+    def _min_isr(self, topic: str) -> int:
+        """The topic's effective min.insync.replicas (its config, else the cluster's)."""
+        image = self.image.topic(topic)
+        raw = image.configs.get("min.insync.replicas") if image else None
+        try:
+            return int(raw) if raw is not None else self.config.min_insync_replicas
+        except ValueError:
+            return self.config.min_insync_replicas
+
+    def _reelect(self, p: PartitionState, leaving: int | None, unclean_shutdown: bool = False) -> PartitionRecord | None:
+        return reelect(p, leaving, self._usable, self._unclean_allowed(p.topic), min_isr=self._min_isr(p.topic),
+                       elr_enabled=self._elr_enabled, unclean_shutdown=unclean_shutdown)
 
     def _all_partitions(self) -> list[PartitionState]:
         return [p for t in sorted(self.image.topics_by_name.values(), key=lambda t: t.name) for _, p in sorted(t.partitions.items())]
 
-    def _fence_records(self, broker_id: int, *, shutting_down: bool = False) -> list[MetadataRecord]:
+    def _fence_records(self, broker_id: int, *, shutting_down: bool = False, unclean_shutdown: bool = False) -> list[MetadataRecord]:
         broker = self.image.brokers[broker_id]
         records: list[MetadataRecord] = [BrokerRegistrationChangeRecord(broker_id, broker.broker_epoch, fenced=not shutting_down,
                                                                         in_controlled_shutdown=shutting_down)]
+        return records + self._leave_records(broker_id, unclean_shutdown)
+
+    def _leave_records(self, broker_id: int, unclean_shutdown: bool = False) -> list[MetadataRecord]:
+        """The broker leaves every ISR and leadership (with `unclean_shutdown` every ELR too)."""
+        records: list[MetadataRecord] = []
         for p in self._all_partitions():
-            if broker_id in p.isr or p.leader == broker_id:
-                change = self._reelect(p, broker_id)
+            if broker_id in p.isr or p.leader == broker_id or (unclean_shutdown and broker_id in p.elr):
+                change = self._reelect(p, broker_id, unclean_shutdown)
                 if change is not None:
                     records.append(change)
         return records
@@ -382,8 +404,10 @@ class Controller:
         for record in records:
             if isinstance(record, PartitionRecord):
                 topic = self.image.topics_by_id.get(uuid.UUID(record.topic_id))
-                log.info("%s: %s-%d leader %d epoch %d, ISR %s, partition epoch %d%s", why, topic.name if topic else record.topic_id,
+                log.info("%s: %s-%d leader %d epoch %d, ISR %s, partition epoch %d%s%s%s", why, topic.name if topic else record.topic_id,
                          record.partition, record.leader, record.leader_epoch, list(record.isr), record.partition_epoch,
+                         f", ELR {list(record.elr)}" if record.elr else "",
+                         f", last known leader {record.last_known_leader}" if record.last_known_leader != NO_LEADER else "",
                          " (recovering)" if record.leader_recovering else "")
 
     # ---- sessions --------------------------------------------------------------------
@@ -446,17 +470,24 @@ class Controller:
             answer(ErrorCode.none, existing.broker_epoch)  # a retry of an accepted registration
             return
         records: list[MetadataRecord] = []
+        # KIP-966: a broker whose last run did not end in a clean shutdown at its registered
+        # epoch (v3's PreviousBrokerEpoch, -1 without one) may have lost its unflushed tail, so
+        # it leaves every ISR and ELR (Kafka's handleBrokerUncleanShutdown).
+        previous_epoch = int(getattr(body, "previous_broker_epoch", -1)) if request.api_version >= 3 else -1
+        unclean = self._elr_enabled and existing is not None and previous_epoch != existing.broker_epoch
         if existing is not None and not existing.fenced:
             last = self._last_heartbeat_ns.get(broker_id, 0)
             if self.clock.monotonic_ns() - last <= self.config.broker_session_timeout_ms * 1_000_000:
                 answer(ErrorCode.duplicate_broker_registration)
                 return
-            records += self._fence_records(broker_id)
+            records += self._fence_records(broker_id, unclean_shutdown=unclean)
+        elif unclean:
+            records += self._leave_records(broker_id, unclean_shutdown=True)
         # The broker epoch is the offset its registration record will have.
         epoch = self._next_append_offset() + len(records)
         listener = body.listeners[0]
         records.append(RegisterBrokerRecord(broker_id, epoch, incarnation, listener.host, int(listener.port), fenced=True))
-        self._log_partition_changes(records, f"broker {broker_id} re-registered")
+        self._log_partition_changes(records, f"broker {broker_id} re-registered" + (" after an unclean shutdown" if unclean else ""))
         base = self.commit(records)
         assert base + len(records) - 1 == epoch, f"registration record at {base + len(records) - 1}, expected {epoch}"
         self._last_heartbeat_ns[broker_id] = self.clock.monotonic_ns()
@@ -547,7 +578,8 @@ class Controller:
                     new_isr = tuple((int(b), -1) for b in data.new_isr)
                 proposal = IsrProposal(sender.broker_id, int(data.leader_epoch), int(data.partition_epoch), new_isr,
                                        bool(data.leader_recovery_state))
-                error, record = check_isr_proposal(p, proposal, self.image.brokers)
+                error, record = check_isr_proposal(p, proposal, self.image.brokers, min_isr=self._min_isr(topic_image.name) if topic_image else 1,
+                                                   elr_enabled=self._elr_enabled)
                 if error is not ErrorCode.none or p is None:
                     partitions_out.append(build(partition_cls, partition_index=data.partition_index, error_code=error, leader_id=-1,
                                                 leader_epoch=-1, isr=(), leader_recovery_state=0, partition_epoch=-1))

@@ -27,8 +27,9 @@ def plan_election(p: PartitionState, election_type: int, usable: Callable[[int],
     if election_type == UNCLEAN:
         if p.leader != NO_LEADER and usable(p.leader):
             return ErrorCode.election_not_needed, f"broker {p.leader} leads", None
-        choice = choose_leader(p, p.isr, usable, unclean_allowed=True)
+        choice = choose_leader(p, p.isr, usable, unclean_allowed=True, elr=p.elr)
         if choice.leader == NO_LEADER:
             return ErrorCode.eligible_leaders_not_available, f"no replica of {list(p.replicas)} is usable", None
-        return ErrorCode.none, None, partition_change(p, isr=choice.isr, leader=choice.leader, recovering=choice.recovering)
+        return ErrorCode.none, None, partition_change(p, isr=choice.isr, leader=choice.leader, recovering=choice.recovering,
+                                                      elr=choice.elr, last_known_leader=NO_LEADER)
     return ErrorCode.invalid_request, f"unknown election type {election_type} (0 preferred, 1 unclean)", None

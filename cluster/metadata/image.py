@@ -51,6 +51,8 @@ class PartitionState:
     leader_epoch: int
     partition_epoch: int
     leader_recovering: bool = False
+    elr: tuple[int, ...] = ()  # eligible leader replicas (KIP-966), see PartitionRecord
+    last_known_leader: int = NO_LEADER  # see PartitionRecord
 
     @property
     def has_leader(self) -> bool:
@@ -134,7 +136,8 @@ class MetadataImage:
             if topic is None:
                 raise ValueError(f"metadata record at offset {offset}: partition of unknown topic {record.topic_id}")
             state = PartitionState(topic.name, topic.topic_id, record.partition, tuple(record.replicas), tuple(record.isr), record.leader,
-                                   record.leader_epoch, record.partition_epoch, record.leader_recovering)
+                                   record.leader_epoch, record.partition_epoch, record.leader_recovering, tuple(record.elr),
+                                   record.last_known_leader)
             topic.partitions[record.partition] = state
             delta.partitions.append(state)
         elif isinstance(record, RemoveTopicRecord):

@@ -28,7 +28,10 @@ def encode_image(image: MetadataImage) -> bytes:
                for b in sorted(image.brokers.values(), key=lambda b: b.broker_id)]
     topics = []
     for topic in sorted(image.topics_by_name.values(), key=lambda t: t.name):
+        # The ELR and last known leader (KIP-966) go last and only when set, so an image
+        # without them encodes as before they existed.
         partitions = [[p.partition, list(p.replicas), list(p.isr), p.leader, p.leader_epoch, p.partition_epoch, p.leader_recovering]
+                      + ([list(p.elr), p.last_known_leader] if p.elr or p.last_known_leader >= 0 else [])
                       for _, p in sorted(topic.partitions.items())]
         topics.append({"name": topic.name, "id": str(topic.topic_id), "configs": dict(topic.configs), "partitions": partitions})
     document = {"version": FORMAT_VERSION, "next_offset": image.next_offset, "next_producer_id": image.next_producer_id,
@@ -59,10 +62,15 @@ def _build(document: dict[str, Any]) -> MetadataImage:
                                                            bool(fenced), bool(shutting_down))
     for entry in document["topics"]:
         topic = TopicImage(str(entry["name"]), uuid.UUID(entry["id"]), {str(k): str(v) for k, v in entry["configs"].items()})
-        for index, replicas, isr, leader, leader_epoch, partition_epoch, recovering in entry["partitions"]:
+        for fields in entry["partitions"]:
+            index, replicas, isr, leader, leader_epoch, partition_epoch, recovering, *rest = fields
+            if len(rest) not in (0, 2):
+                raise ValueError(f"partition entry {fields!r} has {len(fields)} fields, not 7 or 9")
+            elr = tuple(int(b) for b in rest[0]) if rest else ()
+            last_known_leader = int(rest[1]) if rest else -1
             topic.partitions[int(index)] = PartitionState(topic.name, topic.topic_id, int(index), tuple(int(b) for b in replicas),
                                                           tuple(int(b) for b in isr), int(leader), int(leader_epoch),
-                                                          int(partition_epoch), bool(recovering))
+                                                          int(partition_epoch), bool(recovering), elr, last_known_leader)
         image.topics_by_name[topic.name] = topic
         image.topics_by_id[topic.topic_id] = topic
     return image

@@ -60,7 +60,11 @@ class PartitionRecord:
     """The whole state of one partition after a change. Every leader change bumps
     `leader_epoch`; every change at all (leader or ISR) bumps `partition_epoch`.
     `leader_recovering` is set by an unclean election (KIP-704): the new leader's log may
-    lack committed records, and it must not grow the ISR until it has recovered."""
+    lack committed records, and it must not grow the ISR until it has recovered. `elr` are
+    the eligible leader replicas (KIP-966): replicas that left the ISR while it was below
+    min.insync.replicas, so they hold every committed record and may lead when the ISR is empty;
+    `last_known_leader` the leader when the ISR emptied, elected (recovering) once ISR and ELR
+    are both empty (KIP-966's last known leader; -1: none)."""
 
     topic_id: str
     partition: int
@@ -70,6 +74,8 @@ class PartitionRecord:
     leader_epoch: int
     partition_epoch: int
     leader_recovering: bool = False
+    elr: tuple[int, ...] = ()
+    last_known_leader: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +115,7 @@ _TYPES: dict[str, type] = {
     "topic_configs": TopicConfigRecord,
 }
 _NAMES = {cls: name for name, cls in _TYPES.items()}
-_TUPLE_FIELDS = ("replicas", "isr")
+_TUPLE_FIELDS = ("replicas", "isr", "elr")
 
 
 def encode_record(record: MetadataRecord) -> bytes:

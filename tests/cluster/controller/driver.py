@@ -155,12 +155,13 @@ class ControllerDriver:
 
     # ---- brokers -----------------------------------------------------------------------
 
-    def register(self, broker_id: int, incarnation: uuid.UUID | None = None, version: int = 2, port: int | None = None) -> Any:
+    def register(self, broker_id: int, incarnation: uuid.UUID | None = None, version: int = 2, port: int | None = None,
+                 previous_broker_epoch: int = -1) -> Any:
         incarnation = incarnation or uuid.UUID(int=random.Random(broker_id * 7919 + self._correlation).getrandbits(128), version=4)
         listener = req(ApiKey.BROKER_REGISTRATION, version, "Listener")
         body = self.request(ApiKey.BROKER_REGISTRATION, version, broker_id=broker_id, cluster_id=CLUSTER_ID, incarnation_id=incarnation,
                             listeners=(listener(name="PLAINTEXT", host=f"127.0.0.{10 + broker_id}", port=port or 9092, security_protocol=0),),
-                            features=(), rack=None, is_migrating_zk_broker=False, log_dirs=(), previous_broker_epoch=-1)
+                            features=(), rack=None, is_migrating_zk_broker=False, log_dirs=(), previous_broker_epoch=previous_broker_epoch)
         if body.error_code == ErrorCode.none:
             self.epochs[broker_id] = int(body.broker_epoch)
             self.incarnations[broker_id] = incarnation

@@ -4,6 +4,8 @@ request frames on the controller core with virtual time."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -88,18 +90,32 @@ def test_session_expiry_fences_and_elects_from_the_isr(controller: ControllerDri
     assert [type(r) for _, r in records] == [BrokerRegistrationChangeRecord, PartitionRecord]
 
 
-def test_last_isr_member_is_kept_and_a_fenced_broker_is_never_elected(controller: ControllerDriver) -> None:
+def _lone_isr_member_fenced(controller: ControllerDriver) -> Any:
     controller.start_brokers([0, 1, 2])
     controller.create_topic("t", partitions=1, replication_factor=3, assignments={0: [0, 1, 2]})
     state = controller.partition("t")
     error, _ = controller.alter_partition(state, [0])  # only the leader is in sync
     assert error == ErrorCode.none
     controller.keep_alive([1, 2], SESSION_TIMEOUT_MS + 500)
-    after = controller.partition("t")
+    return controller.partition("t")
+
+
+def test_without_elr_the_last_isr_member_is_kept_and_a_fenced_broker_is_never_elected(make_controller: Callable[..., ControllerDriver]) -> None:
+    controller = make_controller(properties={"eligible.leader.replicas.version": "0"})
+    after = _lone_isr_member_fenced(controller)
     # Broker 0 is fenced: it cannot lead, but it stays the ISR (the only one with every
     # committed record), and no out-of-sync replica is elected without unclean election.
-    assert after.leader == NO_LEADER and after.isr == (0,)
+    assert after.leader == NO_LEADER and after.isr == (0,) and after.elr == ()
     assert not after.leader_recovering
+    controller.keep_alive([1, 2], 2000)
+    assert controller.partition("t").leader == NO_LEADER
+
+
+def test_with_elr_the_last_isr_member_leaves_for_the_elr_and_a_fenced_broker_is_never_elected(controller: ControllerDriver) -> None:
+    after = _lone_isr_member_fenced(controller)
+    # KIP-966 (the default): the ISR empties, broker 0 is an eligible leader and the last
+    # known leader; the out-of-sync replicas are still not elected.
+    assert after.leader == NO_LEADER and after.isr == () and after.elr == (0,) and after.last_known_leader == 0
     controller.keep_alive([1, 2], 2000)
     assert controller.partition("t").leader == NO_LEADER
 
@@ -152,7 +168,9 @@ def test_unclean_election_only_when_enabled(make_controller) -> None:
             assert after.leader == 1 and after.isr == (1,) and after.leader_recovering, (properties, topic_configs, after)
             assert after.leader_epoch == state.leader_epoch + 1
         else:
-            assert after.leader == NO_LEADER and after.isr == (0,) and not after.leader_recovering, (properties, topic_configs, after)
+            # Eligible leader replicas (the default): the ISR empties into the ELR.
+            assert after.leader == NO_LEADER and after.isr == () and after.elr == (0,) and not after.leader_recovering, (
+                properties, topic_configs, after)
 
 
 def test_recovering_leader_clears_the_flag_then_grows_the_isr(make_controller) -> None:
@@ -197,7 +215,8 @@ def test_controlled_shutdown_of_the_only_isr_member_leaves_the_partition_leaderl
     body = controller.heartbeat(0, want_shut_down=True)
     assert body.should_shut_down
     state = controller.partition("t")
-    assert state.leader == NO_LEADER and state.isr == (0,)
+    # With eligible leader replicas (the default) the ISR empties and 0 is the eligible one.
+    assert state.leader == NO_LEADER and state.isr == () and state.elr == (0,)
 
 
 def test_controller_restart_gives_live_brokers_a_fresh_session(controller: ControllerDriver) -> None:
@@ -222,15 +241,16 @@ def test_a_fenced_last_isr_member_is_not_elected_when_another_replica_returns(ma
         assert controller.register(1, uuid.uuid4()).error_code == ErrorCode.none
         controller.keep_alive([2], SESSION_TIMEOUT_MS + 500)
         state = controller.partition("t")
-        assert controller.controller.image.brokers[0].fenced and state.isr == (0,)
+        # Eligible leader replicas (the default): the ISR empties, 0 is the eligible leader.
+        assert controller.controller.image.brokers[0].fenced and state.isr == () and state.elr == (0,)
         # Broker 1 is unfenced: the leaderless partition is looked at again, and the fenced
         # ISR member 0 must not be chosen; only an unclean election may pick broker 1.
         assert not controller.heartbeat(1).is_fenced
         after = controller.partition("t")
         if unclean:
-            assert after.leader == 1 and after.isr == (1,) and after.leader_recovering
+            assert after.leader == 1 and after.isr == (1,) and after.leader_recovering and after.elr == ()
         else:
-            assert after.leader == NO_LEADER and after.isr == (0,)
+            assert after.leader == NO_LEADER and after.isr == () and after.elr == (0,)
 
 
 def test_a_fenced_broker_asking_to_shut_down_may_stop_at_once(controller: ControllerDriver) -> None:

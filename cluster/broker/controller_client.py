@@ -393,7 +393,9 @@ class ControllerClient:
         self._rebuild = None
         self._fetch_offset = max(image.next_offset, self._fetch_offset)
         log.info("broker %d: metadata image replaced at offset %d (%s)", self.config.broker_id, image.next_offset, why)
-        self.on_metadata(self.image, diff_images(old, image))
+        delta = diff_images(old, image)
+        delta.replaced = True
+        self.on_metadata(self.image, delta)
 
     def _maybe_swap(self, high_watermark: int) -> bool:
         """A rebuild that reached the controller's high watermark replaces the image."""

@@ -246,9 +246,37 @@ class ReplicaManager:
                     self._propose(partition, partition.isr, recovered=True)
             elif role == FOLLOWER:
                 changes.became_follower.append(tp)
+        if delta.replaced:
+            changes.removed.extend(self._remove_stray_logs(image))
         if latest or delta.brokers or delta.removed_topics:
             self._refresh_fetchers()
         return changes
+
+    def _remove_stray_logs(self, image: MetadataImage) -> list[TopicPartition]:
+        """After a loaded snapshot (or a rebuilt image) no record told this broker which
+        topics were deleted meanwhile: remove every partition directory the image does not
+        assign here (topic gone, recreated under another id, or replicas elsewhere), as Kafka
+        3.7+ removes stray partitions once its metadata is loaded. Only directories with a
+        partition.metadata file are ours to judge."""
+        removed = []
+        for name in self.disk.listdir(self.config.data_dir):
+            topic_name, dash, index = name.rpartition("-")
+            if not dash or not topic_name or not index.isdigit():
+                continue
+            tp = TopicPartition(topic_name, int(index))
+            if tp in self.partitions or not self.disk.exists(f"{self._dir(tp)}/{PARTITION_METADATA_FILE}"):
+                continue
+            topic = image.topic(topic_name)
+            state = image.partition(topic_name, tp.partition)
+            if (topic is not None and state is not None and self.config.broker_id in state.replicas
+                    and self._topic_id_on_disk(tp) in (None, topic.topic_id)):
+                continue  # still this broker's (opened as its partition record is applied)
+            self.disk.rmtree(self._dir(tp))
+            self._checkpointed_hwm.pop(tp, None)
+            removed.append(tp)
+            why = "its topic was deleted" if topic is None else "not assigned here under the topic's current id"
+            log.info("%s: deleted a stray log (%s, per the loaded metadata)", tp, why)
+        return removed
 
     def _broker_alive(self, broker_id: int) -> bool:
         registration = self.controller.image.brokers.get(broker_id)

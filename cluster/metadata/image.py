@@ -90,8 +90,12 @@ class MetadataDelta:
     brokers: list[BrokerRegistration] = field(default_factory=list)
     created_topics: list[TopicImage] = field(default_factory=list)
     reconfigured_topics: list[TopicImage] = field(default_factory=list)
+    # The whole image was replaced (a loaded snapshot or a rebuild): records it skipped, such
+    # as a topic's removal, left no trace in this delta.
+    replaced: bool = False
 
     def merge(self, other: MetadataDelta) -> None:
+        self.replaced |= other.replaced
         self.partitions.extend(other.partitions)
         self.removed_topics.extend(other.removed_topics)
         self.brokers.extend(other.brokers)

@@ -27,6 +27,7 @@ from cluster.launcher import CONTROLLER_COUNTS, CONTROLLER_NODE_ID, MAX_BROKERS,
 from cluster.protocol.client import ProtocolClientError, WireClient
 from cluster.protocol.codec import payload_class
 from cluster.protocol.versions import ApiKey
+from cluster.text_table import render
 
 STATE_FILE = "cluster.json"
 EXIT_OK = 0
@@ -283,11 +284,10 @@ def _status(args: argparse.Namespace) -> int:
         return _fail(str(error), EXIT_FAILED)
     if records is None:
         return _fail(f"no cluster state in {data_dir}", EXIT_FAILED)
-    all_alive = True
-    for record in records:
-        alive = pid_running(record.pid)
-        all_alive &= alive
-        print(f"{record.name:<11} pid {record.pid:<7} {record.host}:{record.port:<6} {'alive' if alive else 'DOWN':<5}  log {record.log_path}")
+    alive = {record.name: pid_running(record.pid) for record in records}
+    all_alive = all(alive.values())
+    for line in process_lines(records, alive):
+        print(line)
     brokers = [r for r in records if r.broker_id < CONTROLLER_NODE_ID]
     controllers = [r for r in records if r.broker_id >= CONTROLLER_NODE_ID]
     if len(controllers) > 1:
@@ -306,14 +306,25 @@ def _status(args: argparse.Namespace) -> int:
         print(f"partitions: unknown ({error})")
         return EXIT_FAILED
     print()
-    print(f"{'topic':<28} {'part':>4} {'leader':>6} {'epoch':>5}  {'replicas':<10} {'isr':<10} log end / high watermark per replica")
+    for line in partition_lines(rows):
+        print(line)
+    return EXIT_OK if all_alive else EXIT_FAILED
+
+
+def process_lines(records: list[BrokerRecord], alive: dict[str, bool]) -> list[str]:
+    """One aligned line per process: name, pid, address, alive or DOWN, log."""
+    return render([[record.name, f"pid {record.pid}", f"{record.host}:{record.port}", "alive" if alive[record.name] else "DOWN",
+                    f"log {record.log_path}"] for record in records])
+
+
+def partition_lines(rows: list[PartitionRow]) -> list[str]:
+    """The partitions table, header first, in aligned columns."""
+    table = [["topic", "part", "leader", "epoch", "replicas", "isr", "log end / high watermark per replica"]]
     for row in rows:
         per_replica = "  ".join(
             f"b{o.broker_id}:{'?' if o.log_end_offset is None else o.log_end_offset}/{'?' if o.high_watermark is None else o.high_watermark}"
             for o in row.offsets
         )
-        replicas = ",".join(map(str, row.replicas))
-        isr = ",".join(map(str, row.isr))
-        leader = "none" if row.leader < 0 else str(row.leader)
-        print(f"{row.topic:<28} {row.partition:>4} {leader:>6} {row.leader_epoch:>5}  {replicas:<10} {isr:<10} {per_replica}")
-    return EXIT_OK if all_alive else EXIT_FAILED
+        table.append([row.topic, str(row.partition), "none" if row.leader < 0 else str(row.leader), str(row.leader_epoch),
+                      ",".join(map(str, row.replicas)), ",".join(map(str, row.isr)), per_replica])
+    return render(table, right={1, 2, 3})

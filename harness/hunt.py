@@ -137,7 +137,7 @@ class Hunt:
         of its kind, two kills of one broker set at one instant): one run for all of them."""
         from logquake.strategies import ops
 
-        return json.dumps(ops(schedule, self.spec.brokers, self.spec.time_limit_s), sort_keys=True)
+        return json.dumps(ops(schedule, self.spec.brokers, self.spec.time_limit_s, self.spec.controllers), sort_keys=True)
 
     def fails(self, schedule: tuple) -> bool:
         """True when the simulated run with this schedule is checked invalid (with `find`:
@@ -170,7 +170,8 @@ class Hunt:
         from harness.sim.run import FaultOp, execute_sim
         from logquake.strategies import ops
 
-        fault_ops = [FaultOp.from_json(op) for op in ops(schedule, self.spec.brokers, self.spec.time_limit_s)]
+        fault_ops = [FaultOp.from_json(op) for op in ops(schedule, self.spec.brokers, self.spec.time_limit_s,
+                                                         self.spec.controllers)]
         run = open_run(self.spec, self.scratch)
         try:
             try:
@@ -302,6 +303,9 @@ def database_key(spec: Any, kinds: list[str], args: argparse.Namespace) -> bytes
                            "concurrency": spec.concurrency}, sort_keys=True, default=str)
     if getattr(args, "max_targets", None):
         material += json.dumps({"max_targets": args.max_targets}, sort_keys=True)
+    if spec.controllers != 1 or "node_kinds" in spec.nemesis_options:
+        # Controllers as targets draw other schedules (a hunt on one controller keeps its old key).
+        material += json.dumps({"controllers": spec.controllers, "node_kinds": spec.nemesis_options.get("node_kinds")})
     find = getattr(args, "find_names", None)
     if find:
         # Another predicate, other stored examples (a hunt without --find keeps its old key).
@@ -367,8 +371,11 @@ def handle(args: argparse.Namespace) -> int:
         spec = build_spec(args, seed)
         try:
             args.max_targets = parse_max_targets(args.max_fault_targets)
+            # --nemesis-option node_kinds=broker,controller: controllers are targets, as in `logquake test`.
+            node_kinds = [k.strip() for k in spec.nemesis_options.get("node_kinds", "broker").split(",") if k.strip()]
             strategy = fault_schedules(spec.brokers, spec.time_limit_s, kinds, max_faults=args.max_faults,
-                                       max_duration_s=args.max_fault_duration, max_targets=args.max_targets)
+                                       max_duration_s=args.max_fault_duration, max_targets=args.max_targets,
+                                       controllers=spec.controllers, node_kinds=node_kinds)
         except ValueError as exc:
             raise BadArgument(str(exc)) from None
     except BadArgument as exc:
@@ -433,7 +440,7 @@ def replay(args: argparse.Namespace, spec: Any, seed: int, kinds: list[str], min
         hunt_dir = hunt_dir.with_name(f"{hunt_dir.name.split('+')[0]}+{n}")
     hunt_dir.mkdir(parents=True)
     schedule_path = hunt_dir / SCHEDULE_FILE
-    schedule_path.write_text(schedule_json(minimal, spec.brokers, spec.time_limit_s), encoding="utf-8")
+    schedule_path.write_text(schedule_json(minimal, spec.brokers, spec.time_limit_s, spec.controllers), encoding="utf-8")
     test_args = argparse.Namespace(**vars(args))
     test_args.fault_schedule = str(schedule_path)
     test_args.name = f"hunt-{args.workload}-{'-'.join(kinds)}"

@@ -266,10 +266,11 @@ def fault_schedule_ops(args: argparse.Namespace, nemeses: list[str]) -> list[Any
     if not getattr(args, "sim", False):
         raise BadArgument("--fault-schedule needs --sim: a schedule given as data lands at exact times only on the "
                           "simulation's virtual clock")
-    from harness.hunt_schedule import ScheduleError, packages_needed, read_schedule
+    from harness.hunt_schedule import ScheduleError, check_targets, packages_needed, read_schedule
 
     try:
         ops, _ = read_schedule(path)
+        check_targets(ops, args.brokers, getattr(args, "controllers", 1), path)
     except ScheduleError as exc:
         raise BadArgument(str(exc)) from None
     missing = [name for name in packages_needed(ops) if name not in nemeses]

@@ -11,6 +11,18 @@ a link fault's delay_ms, jitter_ms, loss, duplicate, reorder, a slow fsync's del
 torn crash's seed). `ops()` turns it into the nemesis ops a simulated run performs
 (`--fault-schedule FILE` takes them as JSON, `schedule_json`).
 
+Controllers (a metadata quorum, `--controllers 3` or 5): with `node_kinds` naming
+"controller" (the nemesis option node_kinds=broker,controller of `logquake test`), kill,
+pause and partition also take controller node ids (1000, 1001, ...) and the live spec
+"active-controller" (the quorum's leader when the fault starts; as a partition, it cut off
+from every other node), and link faults take the links between controllers and between a
+controller and a broker. A partition whose set holds a controller (or every broker) cuts it
+from every other node, brokers and controllers alike; a set of brokers only is cut from the
+other brokers, and the partition package places the controllers by its node_kinds option
+(with "controller" they reach every node; by default they stay with the brokers' majority). Clock and disk faults stay on brokers: a controller's elections run
+on its monotonic clock, and its disk has no fault door. Without "controller" in node_kinds
+(the default) a schedule is drawn exactly as before.
+
 The strategy is built to shrink well: Hypothesis deletes faults (fewer), lowers times and
 durations toward 0 (earlier, shorter, in steps of 0.1 s), and targets shrink toward the
 fewest brokers with the lowest ids, explicit ids before live specs; link targets toward one
@@ -59,6 +71,13 @@ LINK_PARAMS: dict[str, tuple[tuple[str, int, int, int], ...]] = {
 SLOW_FSYNC_MS = (16, 512)
 NODE_LIVE_SPECS: tuple[str, ...] = ("primaries",)
 PARTITION_LIVE_SPECS: tuple[str, ...] = ("primary", "primaries")
+# The quorum's leader, resolved when the fault starts (nemeses.targets): kill and pause take
+# it as a node, partition as a topology cutting it off from every other node.
+CONTROLLER_LIVE_SPECS: tuple[str, ...] = ("active-controller",)
+CONTROLLER_KINDS: tuple[str, ...] = ("kill", "pause", "partition", *LINK_KINDS)
+# nemeses.targets.NODE_KINDS and cluster.sim.cluster.CONTROLLER_ID, spelled out as above.
+NODE_KIND_NAMES: tuple[str, ...] = ("broker", "controller")
+FIRST_CONTROLLER_ID = 1000
 STEP_S = 0.1  # times and durations are whole tenths of a simulated second: they shrink in steps and print exactly
 MAX_CLOCK_DELTA_MS = 60_000
 
@@ -102,6 +121,8 @@ class Fault:
             raise ValueError(f"{self.kind} takes no variant or params, got {self.variant!r} {self.params!r}")
         if isinstance(self.targets, str):
             live = PARTITION_LIVE_SPECS if self.kind == "partition" else NODE_LIVE_SPECS
+            if self.kind in CONTROLLER_KINDS:
+                live += CONTROLLER_LIVE_SPECS
             if self.targets not in live:
                 raise ValueError(f"{self.kind} targets {self.targets!r}: a live spec is one of {', '.join(live)}")
         elif not self.targets:
@@ -125,14 +146,19 @@ class Fault:
     def end_s(self) -> float:
         return round(self.start_s + self.duration_s, 6)
 
-    def start_value(self, brokers: Sequence[int]) -> dict[str, Any]:
-        """The value of this fault's start op, as the package takes it."""
+    def start_value(self, brokers: Sequence[int], controllers: Sequence[int] = ()) -> dict[str, Any]:
+        """The value of this fault's start op, as the package takes it, on a cluster of
+        `brokers` and `controllers` (node ids); ValueError naming a target it lacks."""
         if self.kind in LINK_KINDS:
-            missing = sorted({n for link in self.targets for n in link if isinstance(n, int) and n not in brokers})
+            missing = sorted({n for link in self.targets for n in link
+                              if isinstance(n, int) and n not in brokers and n not in controllers})
             if missing:
-                raise ValueError(f"{self.kind}: broker(s) {missing} are not among {list(brokers)}")
+                raise ValueError(f"{self.kind}: broker(s) {missing} are not among {list(brokers)}"
+                                 + (f" nor controller(s) {list(controllers)}" if controllers else ""))
             links = [list(link) for link in self.targets]
             return {"target": "link" if len(links) == 1 else "subset", "links": links, "fault": dict(self.params)}
+        if not isinstance(self.targets, str):
+            self._check_nodes(brokers, controllers)
         if self.kind == "disk":
             nodes = None if isinstance(self.targets, str) else sorted(self.targets)
             value: dict[str, Any] = {"kind": self.variant, "targets": self.targets if nodes is None else "nodes",
@@ -144,9 +170,14 @@ class Fault:
             if isinstance(self.targets, str):
                 return {"topology": self.targets}
             isolated = sorted(self.targets)
-            rest = [b for b in brokers if b not in isolated]
+            # A set of brokers only: the controllers stay with the majority (the package cuts
+            # a broker without a majority from them), as before controllers were targets. A
+            # set holding a controller, or every broker of a quorum's cluster: cut off from
+            # every other node.
+            placed = any(n in controllers for n in isolated) or (len(controllers) > 1 and set(brokers) <= set(isolated))
+            rest = [n for n in [*brokers, *(controllers if placed else ())] if n not in isolated]
             if not rest:
-                raise ValueError(f"a partition must leave some broker outside {isolated}")
+                raise ValueError(f"a partition must leave some {'node' if placed else 'broker'} outside {isolated}")
             blocked = sorted([a, b] for a in isolated for b in rest) + sorted([b, a] for a in isolated for b in rest)
             return {"topology": "isolate", "components": [isolated, rest], "blocked": sorted(blocked)}
         nodes = None if isinstance(self.targets, str) else sorted(self.targets)
@@ -154,6 +185,18 @@ class Fault:
         if self.kind == "clock":
             return {"kind": "bump", "delta_ms": self.delta_ms, "targets": spec, "nodes": nodes}
         return {"targets": spec, "nodes": nodes}
+
+    def _check_nodes(self, brokers: Sequence[int], controllers: Sequence[int]) -> None:
+        """Every target is a broker, or a controller for the kinds that take one."""
+        takes = controllers if self.kind in CONTROLLER_KINDS else ()
+        stray = sorted(n for n in self.targets if n not in brokers and n not in takes)  # type: ignore[operator]
+        if not stray:
+            return
+        if self.kind in ("clock", "disk") and any(n in controllers for n in stray):  # type: ignore[operator]
+            raise ValueError(f"{self.kind} targets {stray}: {self.kind} faults act on brokers {list(brokers)} only, "
+                             "not on controllers")
+        raise ValueError(f"{self.kind} targets {stray}, which are neither brokers {list(brokers)} nor controllers "
+                         f"{list(controllers)}")
 
     def as_json(self) -> dict[str, Any]:
         targets: Any = self.targets
@@ -191,13 +234,23 @@ def _node(raw: Any) -> Node:
     return raw if isinstance(raw, str) else int(raw)
 
 
-def ops(schedule: Iterable[Fault], brokers: Sequence[int] | int, time_limit_s: float | None = None) -> list[dict[str, Any]]:
+def controller_ids(controllers: Sequence[int] | int) -> list[int]:
+    """Controller node ids from a count (1000, 1001, ...) or the ids themselves."""
+    if isinstance(controllers, int):
+        return list(range(FIRST_CONTROLLER_ID, FIRST_CONTROLLER_ID + controllers))
+    return sorted(controllers)
+
+
+def ops(schedule: Iterable[Fault], brokers: Sequence[int] | int, time_limit_s: float | None = None,
+        controllers: Sequence[int] | int = 1) -> list[dict[str, Any]]:
     """The nemesis ops of a schedule, in time order: each fault's start, and its stop when
     its duration ends, or earlier when the next fault of the same kind starts (a package
     holds one fault at a time: its stop undoes everything it did; a fault cut to nothing
     is left out). Stops past
-    `time_limit_s` are left to the heal at the end of the main phase."""
+    `time_limit_s` are left to the heal at the end of the main phase. `controllers` (a
+    count or the node ids) are the targets a controller fault may name."""
     broker_ids = list(range(brokers)) if isinstance(brokers, int) else list(brokers)
+    controller_list = controller_ids(controllers)
     by_kind: dict[str, list[Fault]] = {}
     for fault in schedule:
         by_kind.setdefault(fault.kind, []).append(fault)
@@ -208,7 +261,7 @@ def ops(schedule: Iterable[Fault], brokers: Sequence[int] | int, time_limit_s: f
             stop_s = fault.end_s if i + 1 == len(faults) else min(fault.end_s, faults[i + 1].start_s)
             if stop_s <= fault.start_s:
                 continue  # the next fault of its kind starts at the same instant: this one never takes effect
-            timed.append((fault.start_s, 1, {"at_s": fault.start_s, "f": f"start-{kind}", "value": fault.start_value(broker_ids)}))
+            timed.append((fault.start_s, 1, {"at_s": fault.start_s, "f": f"start-{kind}", "value": fault.start_value(broker_ids, controller_list)}))
             if time_limit_s is None or stop_s < time_limit_s:
                 timed.append((stop_s, 0, {"at_s": stop_s, "f": f"stop-{kind}", "value": None}))
     # At one instant a stop goes before a start, so a fault that ends as the next begins
@@ -217,11 +270,12 @@ def ops(schedule: Iterable[Fault], brokers: Sequence[int] | int, time_limit_s: f
     return [op for _, _, op in timed]
 
 
-def schedule_json(schedule: Iterable[Fault], brokers: Sequence[int] | int, time_limit_s: float | None = None) -> str:
+def schedule_json(schedule: Iterable[Fault], brokers: Sequence[int] | int, time_limit_s: float | None = None,
+                  controllers: Sequence[int] | int = 1) -> str:
     """The `--fault-schedule` file of a schedule: its faults (for people) and its ops (what
     the run performs)."""
     faults = list(schedule)
-    return json.dumps({"faults": [f.as_json() for f in faults], "ops": ops(faults, brokers, time_limit_s)},
+    return json.dumps({"faults": [f.as_json() for f in faults], "ops": ops(faults, brokers, time_limit_s, controllers)},
                       indent=2, sort_keys=True) + "\n"
 
 
@@ -239,18 +293,27 @@ def _broker_sets(brokers: Sequence[int]) -> st.SearchStrategy[tuple[int, ...]]:
         lambda flags: tuple(b for b, on in zip(ids, flags) if on) or (ids[0],))
 
 
-def fault_links(brokers: Sequence[int]) -> list[Link]:
+def fault_links(brokers: Sequence[int], controllers: Sequence[int] = (),
+                node_kinds: Sequence[str] = ("broker",)) -> list[Link]:
     """Every directed link a link fault can take, in a fixed order: between brokers, and
-    between each broker and the controller and the client host (nemeses.link_faults)."""
-    nodes: list[Node] = [*sorted(brokers), *LINK_HOSTS]
-    return [(a, b) for a in nodes for b in nodes if a != b and {a, b} != set(LINK_HOSTS)]
+    between each broker and the controller and the client host (nemeses.link_faults). With
+    "controller" in `node_kinds`, the controllers are named by node id (`controllers`)
+    instead of "controller": the links between them and to and from the brokers (only
+    those, when "broker" is not in `node_kinds`)."""
+    if "controller" not in node_kinds:
+        nodes: list[Node] = [*sorted(brokers), *LINK_HOSTS]
+        return [(a, b) for a in nodes for b in nodes if a != b and {a, b} != set(LINK_HOSTS)]
+    quorum = set(controllers)
+    nodes = [*sorted(brokers), *sorted(controllers), "client"]
+    return [(a, b) for a in nodes for b in nodes if a != b
+            and not ("client" in (a, b) and (a in quorum or b in quorum))  # clients never reach a controller
+            and ("broker" in node_kinds or a in quorum or b in quorum)]
 
 
-def _link_sets(brokers: Sequence[int]) -> st.SearchStrategy[tuple[Link, ...]]:
+def _link_sets(links: list[Link]) -> st.SearchStrategy[tuple[Link, ...]]:
     """One directed link; every link to and from one node; or any set of links (a flag per
     link, shrinking off). Shrinks toward one link, the first."""
-    links = fault_links(brokers)
-    nodes: list[Node] = [*sorted(brokers), *LINK_HOSTS]
+    nodes: list[Node] = list(dict.fromkeys(n for link in links for n in link))
     return st.one_of(
         st.sampled_from(links).map(lambda link: (link,)),
         st.sampled_from(nodes).map(lambda node: tuple(link for link in links if node in link)),
@@ -297,11 +360,30 @@ def _at_most(brokers: Sequence[int], max_targets: int) -> st.SearchStrategy[tupl
         lambda ids: tuple(sorted(ids)))
 
 
+def _quorum(controllers: Sequence[int] | int, node_kinds: Sequence[str]) -> list[int]:
+    """The controller ids a schedule may target: none unless `node_kinds` names "controller"
+    (ValueError for an unknown kind, or for controller faults without a quorum)."""
+    kinds = tuple(node_kinds)
+    unknown = [k for k in kinds if k not in NODE_KIND_NAMES]
+    if unknown or not kinds:
+        raise ValueError(f"node_kinds {', '.join(unknown) or '(empty)'}: choose from {', '.join(NODE_KIND_NAMES)}")
+    if "controller" not in kinds:
+        return []
+    ids = controller_ids(controllers)
+    if len(ids) < 2:
+        raise ValueError(f"node_kinds=controller needs a metadata quorum (--controllers 3 or 5), got {len(ids)} "
+                         "controller(s)")
+    return ids
+
+
 def faults(kind: str, brokers: Sequence[int] | int, time_limit_s: float, *, max_duration_s: float | None = None,
-           live_targets: bool = True, max_targets: int | None = None) -> st.SearchStrategy[Fault]:
+           live_targets: bool = True, max_targets: int | None = None, controllers: Sequence[int] | int = 1,
+           node_kinds: Sequence[str] = ("broker",)) -> st.SearchStrategy[Fault]:
     """One fault of `kind` within the main phase (`time_limit_s`). `max_targets` bounds the
-    brokers a kill, pause, clock or disk fault takes at once (and then leaves out the live
-    specs, which may name more)."""
+    nodes a kill, pause, clock or disk fault takes at once (and then leaves out the live
+    specs, which may name more). With "controller" in `node_kinds`, kill, pause, partition
+    and link faults draw among the `controllers` too (a count or the node ids), and "broker"
+    left out of it draws those kinds among the controllers only."""
     broker_ids = list(range(brokers)) if isinstance(brokers, int) else sorted(brokers)
     if kind not in KINDS:
         raise ValueError(f"fault kind {kind!r} is not one of {', '.join(KINDS)}")
@@ -309,33 +391,46 @@ def faults(kind: str, brokers: Sequence[int] | int, time_limit_s: float, *, max_
         raise ValueError("a fault schedule needs at least one broker")
     if time_limit_s <= 0:
         raise ValueError(f"time_limit_s must be positive, got {time_limit_s}")
+    quorum = _quorum(controllers, node_kinds)
+    on_brokers = "broker" in node_kinds
+    if not on_brokers and kind not in CONTROLLER_KINDS:
+        raise ValueError(f"{kind} faults act on brokers only: node_kinds=controller leaves them nothing to target")
+    # The nodes this kind's sets are drawn from: brokers first, so sets shrink toward fewer controllers.
+    nodes = [*(broker_ids if on_brokers else []), *(quorum if kind in CONTROLLER_KINDS else [])]
     if max_targets is not None:
         if kind not in NODE_KINDS:
             raise ValueError(f"max_targets bounds the brokers of {', '.join(NODE_KINDS)} faults, not {kind}")
         if max_targets < 1:
             raise ValueError(f"max_targets of {kind} must be at least 1, got {max_targets}")
-        if max_targets < len(broker_ids):
+        if max_targets < len(nodes):
             live_targets = False
     longest = time_limit_s if max_duration_s is None else min(max_duration_s, time_limit_s)
     start, duration = _tenths(time_limit_s - STEP_S), _tenths(longest, min_tenths=1)
     if kind in LINK_KINDS:
-        return st.builds(Fault, kind=st.just(kind), targets=_link_sets(broker_ids), start_s=start, duration_s=duration,
+        links = fault_links(broker_ids, quorum, node_kinds if quorum else ("broker",))
+        return st.builds(Fault, kind=st.just(kind), targets=_link_sets(links), start_s=start, duration_s=duration,
                          params=_link_params(kind))
-    node_sets = _broker_sets(broker_ids) if max_targets is None or max_targets >= len(broker_ids) \
-        else _at_most(broker_ids, max_targets)
+    node_sets = _broker_sets(nodes) if max_targets is None or max_targets >= len(nodes) \
+        else _at_most(nodes, max_targets)
     if kind == "disk":
         return _disk_faults(broker_ids, node_sets, live_targets, start, duration)
     if kind == "partition":
-        if len(broker_ids) < 2:
+        if len(broker_ids) < 2 and not quorum:
             raise ValueError("a partition needs at least two brokers")
         # Isolating a set from the rest is the same cut as isolating the rest, so the set
-        # is drawn from all brokers but the last: every split, each once.
-        targets: st.SearchStrategy[Any] = _broker_sets(broker_ids[:-1])
-        live = PARTITION_LIVE_SPECS
+        # is drawn from all nodes but the last: every split, each once. (A set of brokers
+        # only keeps the controllers with the majority, so with controllers drawn too the
+        # last broker is kept: isolating it alone is not isolating everyone else.)
+        sets = broker_ids[:-1] if not quorum else (nodes[:-1] if on_brokers else nodes)
+        targets: st.SearchStrategy[Any] = _broker_sets(sets)
+        live = (PARTITION_LIVE_SPECS if on_brokers else ()) + (CONTROLLER_LIVE_SPECS if quorum else ())
     else:
         targets = node_sets
-        live = NODE_LIVE_SPECS
-    if live_targets:
+        live = (NODE_LIVE_SPECS if on_brokers else ()) + (CONTROLLER_LIVE_SPECS if quorum and kind in CONTROLLER_KINDS else ())
+    if not live_targets and max_targets is not None and quorum and kind in CONTROLLER_KINDS:
+        live = CONTROLLER_LIVE_SPECS  # the active controller is one node: within any bound
+        live_targets = True
+    if live_targets and live:
         targets = st.one_of(targets, st.sampled_from(live))
     delta = st.integers(-MAX_CLOCK_DELTA_MS, MAX_CLOCK_DELTA_MS) if kind == "clock" else st.just(0)
     return st.builds(Fault, kind=st.just(kind), targets=targets, start_s=start, duration_s=duration, delta_ms=delta)
@@ -344,12 +439,15 @@ def faults(kind: str, brokers: Sequence[int] | int, time_limit_s: float, *, max_
 def fault_schedules(brokers: Sequence[int] | int = 3, time_limit_s: float = 60.0, kinds: Sequence[str] = ("kill", "partition"),
                     *, max_faults: int = 4, max_duration_s: float | None = None,
                     live_targets: bool = True,
-                    max_targets: Mapping[str, int] | None = None) -> st.SearchStrategy[tuple[Fault, ...]]:
+                    max_targets: Mapping[str, int] | None = None, controllers: Sequence[int] | int = 1,
+                    node_kinds: Sequence[str] = ("broker",)) -> st.SearchStrategy[tuple[Fault, ...]]:
     """Schedules of up to `max_faults` faults of `kinds` on `brokers` (a count or the ids),
     each starting within the main phase of `time_limit_s` simulated seconds. Shrinks to
     fewer, earlier, shorter faults on fewer and lower brokers. `max_targets` bounds, per
-    kind, the brokers one fault takes ({"kill": 1}: one broker down at a time, since a kind
-    holds one fault at a time)."""
+    kind, the nodes one fault takes ({"kill": 1}: one node down at a time, since a kind
+    holds one fault at a time). `node_kinds` ("broker", "controller" or both) says whether
+    kill, pause, partition and link faults also take the `controllers` of a metadata quorum
+    (a count or the node ids; the module docstring says how)."""
     kinds = tuple(kinds)
     if not kinds:
         raise ValueError("kinds: name at least one fault kind")
@@ -363,7 +461,7 @@ def fault_schedules(brokers: Sequence[int] | int = 3, time_limit_s: float = 60.0
     if stray:
         raise ValueError(f"max_targets names {', '.join(stray)}, which is not among the kinds {', '.join(kinds)}")
     one = st.one_of(*(faults(k, brokers, time_limit_s, max_duration_s=max_duration_s, live_targets=live_targets,
-                             max_targets=bounds.get(k)) for k in kinds))
+                             max_targets=bounds.get(k), controllers=controllers, node_kinds=node_kinds) for k in kinds))
     return st.lists(one, min_size=1, max_size=max_faults).map(tuple)
 
 

@@ -116,6 +116,7 @@ def reelect(p: PartitionState, leaving: int | None, acceptable: Acceptable, uncl
 
     leader, recovering = p.leader, p.leader_recovering
     unclean = False
+    nobody_eligible = not isr and not elr  # then only the last known leader, or an unclean election
     if leader == NO_LEADER or not may_lead(leader) or leader not in isr:
         choice = choose_leader(p, isr, may_lead, unclean_allowed, elr, p.last_known_leader if elr_enabled else NO_LEADER)
         leader, isr, recovering, unclean, elr = choice.leader, choice.isr, choice.recovering, choice.unclean, choice.elr
@@ -125,7 +126,10 @@ def reelect(p: PartitionState, leaving: int | None, acceptable: Acceptable, uncl
     if elr_enabled and leader == NO_LEADER:
         last_known_leader = p.leader if not isr and p.leader != NO_LEADER else p.last_known_leader
     record = partition_change(p, isr=isr, leader=leader, recovering=recovering, elr=elr, last_known_leader=last_known_leader)
-    if record is not None and unclean:
+    if record is not None and unclean and nobody_eligible and elr_enabled and leader == p.last_known_leader:
+        log.warning("%s-%d: ISR and ELR empty, the last known leader %d leads (recovering) in epoch %d; records it lost "
+                    "in an unclean shutdown may be lost", p.topic, p.partition, leader, record.leader_epoch)
+    elif record is not None and unclean:
         log.warning("UNCLEAN leader election for %s-%d: broker %d (not in ISR %s) leads in epoch %d; data may be lost",
                     p.topic, p.partition, leader, list(p.isr), record.leader_epoch)
     return record

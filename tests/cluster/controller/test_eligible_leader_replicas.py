@@ -80,7 +80,8 @@ def test_a_cleanly_stopped_member_stays_eligible(make_controller: Callable[..., 
     assert (state.leader, state.isr, state.elr) == (0, (0,), (2,))
 
 
-def test_with_every_eligible_replica_crashed_the_last_known_leader_leads_recovering(make_controller: Callable[..., ControllerDriver]) -> None:
+def test_with_every_eligible_replica_crashed_the_last_known_leader_leads_recovering(make_controller: Callable[..., ControllerDriver],
+                                                                                   caplog: pytest.LogCaptureFixture) -> None:
     controller = _isr_shrunk_by_fencing(make_controller)
     controller.keep_alive([], SESSION_TIMEOUT_MS + 500)
     state = _back(controller, 2, clean=False)
@@ -90,6 +91,7 @@ def test_with_every_eligible_replica_crashed_the_last_known_leader_leads_recover
     # in an unclean election (recovering), rather than the partition staying offline.
     assert (state.leader, state.isr, state.elr, state.last_known_leader) == (0, (0,), (), NO_LEADER)
     assert state.leader_recovering
+    assert any("the last known leader 0 leads (recovering)" in r.getMessage() for r in caplog.records)
 
 
 def test_without_elr_an_unclean_shutdown_changes_nothing(make_controller: Callable[..., ControllerDriver]) -> None:

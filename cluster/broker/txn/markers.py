@@ -9,19 +9,18 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kio.index import EntityType
 from kio.schema.errors import ErrorCode
 
 from cluster.broker.env import Endpoint, Outbound, OutboundResult, Scheduler
 from cluster.broker.partition import TopicPartition
 from cluster.metadata.image import MetadataImage
-from cluster.protocol.codec import build, payload_class, request_class
+from cluster.protocol.txn_requests import WRITE_TXN_MARKERS_VERSION, encode_write_txn_markers
 from cluster.protocol.versions import ApiKey
 
 log = logging.getLogger(__name__)
 
-# kio has no v0 schema; v1 is v0 on the flexible encoding, and every broker here speaks it.
-WRITE_TXN_MARKERS_VERSION = 1
+# kio has no v0 schema; v1 is v0 on the flexible encoding, and every broker here speaks it
+# (WRITE_TXN_MARKERS_VERSION, from the hand-written encoder in cluster/protocol/txn_requests.py).
 MARKER_CHANNEL = "txn-markers"
 # Kafka's coordinator retries a failed marker on its next metadata update or send loop
 # (about every 100 ms with its default retry backoff).
@@ -59,9 +58,6 @@ class MarkerSender:
         Gives up silently once `still_wanted()` is false (this broker no longer coordinates
         the transaction; the new coordinator resends from its log)."""
         remaining = set(job.partitions)
-        request_cls = request_class(ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION)
-        marker_cls = payload_class(ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, "WritableTxnMarker", EntityType.request)
-        topic_cls = payload_class(ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, "WritableTxnMarkerTopic", EntityType.request)
 
         def attempt() -> None:
             if not still_wanted():
@@ -118,10 +114,9 @@ class MarkerSender:
                 topics: dict[str, list[int]] = {}
                 for tp in tps:
                     topics.setdefault(tp.topic, []).append(tp.partition)
-                body = build(request_cls, markers=(build(
-                    marker_cls, producer_id=job.producer_id, producer_epoch=job.producer_epoch, transaction_result=job.committed,
-                    coordinator_epoch=job.coordinator_epoch,
-                    topics=tuple(build(topic_cls, name=name, partition_indexes=tuple(parts)) for name, parts in sorted(topics.items()))),))
+                # Encoded by hand (one request per leader per transaction, between EndTxn and CompleteCommit).
+                body = encode_write_txn_markers([(job.producer_id, job.producer_epoch, job.committed, job.coordinator_epoch,
+                                                  sorted(topics.items()))])
                 self._outbound.send(endpoint, ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, body,
                                     lambda result, sent=tps: answered(sent, result), REQUEST_TIMEOUT_MS)
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from kio.index import EntityType
 from kio.schema.errors import ErrorCode
 
 from cluster.broker.env import Endpoint, Outbound, OutboundResult
@@ -21,11 +20,10 @@ from cluster.broker.partition import TopicPartition
 from cluster.broker.topics import TRANSACTION_STATE_TOPIC
 from cluster.broker.txn.state_log import partition_for_transactional_id
 from cluster.metadata.image import MetadataImage
-from cluster.protocol.codec import build, payload_class, request_class
+from cluster.protocol.txn_requests import VERIFY_VERSION, encode_verify_add_partitions
 from cluster.protocol.versions import ApiKey
 
 log = logging.getLogger(__name__)
-VERIFY_VERSION = 4
 VERIFY_CHANNEL = "txn-verification"
 REQUEST_TIMEOUT_MS = 30_000
 # Errors a producer may retry on: Kafka's produce path answers NOT_ENOUGH_REPLICAS when the
@@ -59,11 +57,8 @@ class PartitionVerifier:
         if leader is None or not leader.usable:
             done(produce_error(ErrorCode.coordinator_not_available))
             return
-        txn_cls = payload_class(ApiKey.ADD_PARTITIONS_TO_TXN, VERIFY_VERSION, "AddPartitionsToTxnTransaction", EntityType.request)
-        topic_cls = payload_class(ApiKey.ADD_PARTITIONS_TO_TXN, VERIFY_VERSION, "AddPartitionsToTxnTopic", EntityType.request)
-        body = build(request_class(ApiKey.ADD_PARTITIONS_TO_TXN, VERIFY_VERSION), transactions=(build(
-            txn_cls, transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch, verify_only=True,
-            topics=(build(topic_cls, name=tp.topic, partitions=(tp.partition,)),)),))
+        # Encoded by hand: one request per transactional Produce that opens a transaction here.
+        body = encode_verify_add_partitions(transactional_id, producer_id, producer_epoch, [(tp.topic, (tp.partition,))])
 
         def answered(result: OutboundResult) -> None:
             if not result.ok:

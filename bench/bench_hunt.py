@@ -5,7 +5,9 @@ hunt runs once per seed in this process (no example database, so seeds do not sh
 findings), and the bench prints, per seed, the wall seconds to the first invalid run, to the
 end of the shrink (search + shrink, without the final replay run), the simulated runs it
 took and the minimal schedule; then the medians. Spark starts once, untimed, before the
-first hunt (a hunt starts it once too: its time is printed separately). The load average is
+first hunt, and checks one simulated run, untimed: the first check in a JVM took 13.9 s
+against 0.5-1.2 s for the next ones of the same history (load 15, 2026-11-27), so without
+it the first seed alone carried that; a `logquake hunt` pays both in its first example. The load average is
 printed at the start and the end: the machine is shared, and a run's wall time follows it.
 
     python -m bench.bench_hunt                     # every switch, seeds 1-5
@@ -96,7 +98,12 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     make_spark()
     print(f"spark session started in {time.monotonic() - started:.1f} s (untimed below)", flush=True)
-    for switch in args.switch or list(SWITCHES):
+    switches = args.switch or list(SWITCHES)
+    started = time.monotonic()
+    run_hunt([*SWITCHES[switches[0]], "--max-examples", "1"], 1, args.budget, 0)
+    print(f"warm-up: one hunt example (simulated and checked) in {time.monotonic() - started:.1f} s (untimed below)",
+          flush=True)
+    for switch in switches:
         rows = []
         for seed in range(1, args.seeds + 1):
             row = hunt_once(switch, seed, args.budget, args.max_shrinks)

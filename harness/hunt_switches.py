@@ -5,18 +5,19 @@ them; tests/harness/test_hunt.py runs them (the unflushed crash in CI, the other
 
 Not in SWITCH_HUNTS, and why: `unclean.leader.election.enable=true` and `min.insync.replicas=1`
 lose data Kafka documents as possible, so the claims allow it and their runs are valid (a hunt
-stops only at an invalid verdict): they are in FIND_HUNTS below, hunted with `--find`. Of the transaction switches only the LSO one is here (the
-queue workload's transactions, `txn=true`, with aiokafka's transactional producer): the
-simulated client cannot show the other two. `transaction.partition.verification.enable=false`
-needs a Produce that reaches its partition after its transaction ended, with its epoch still
-current, and aiokafka 0.14 never sends EndTxn before every batch of the transaction has its
-answer (it waits for them, retrying, even to abort), nor bumps the epoch to abort; a Produce
-that outlives the client's wait meets the coordinator's own timeout abort, whose marker bumps
-the epoch and fences it (verification off: runs with links delayed, reordered, duplicated
-and lossy valid, seeds 1-3; a hunt of link faults, pauses and kills found nothing in 22
-schedules). `transaction.offset.commit.skip.generation.check=true` skips KIP-447's
-member and generation checks, which only TxnOffsetCommit v3 carries: aiokafka 0.14's
-`send_offsets_to_transaction` takes a group id and sends v0, which no broker can check.
+stops only at an invalid verdict): they are in FIND_HUNTS below, hunted with `--find`.
+
+The three transaction switches are hunted on the simulated transactional workloads, whose
+transactional producer is workloads/clients/kio_txn_producer.py (librdkafka's transaction
+manager on our protocol layer; aiokafka 0.14's could show neither of the last two):
+`transaction.lso.ignore.open.transactions` needs no fault; `transaction.partition.verification.enable=false`
+needs a Produce that reaches its partition after its transaction was aborted with the epoch
+still current, which a client's timed-out Produce does when link faults hold it up between
+the client and the leader but not the abort's EndTxn (the producer then aborts, and bumps its
+epoch, without waiting for it, as librdkafka does); `transaction.offset.commit.skip.generation.check=true`
+needs a copier that lost its partitions and still commits its offsets, which the eos
+workload's stalled copies are (`stall_p`: past max.poll.interval.ms, with TxnOffsetCommit v3
+carrying the generation the copy was polled in).
 """
 
 from __future__ import annotations
@@ -43,6 +44,26 @@ SWITCH_HUNTS: dict[str, list[str]] = {
         "--workload-option", "txn=true", "--nemesis", "pause", "--time-limit", "3", "--final-time-limit", "5",
         "--quiet-period", "0.5", "--rate", "50", "--concurrency", "3", "--max-faults", "1",
         "--cluster-config", "transaction.lso.ignore.open.transactions=true"],
+    # A Produce lost on the client's link to its leader is retransmitted by TCP after 200 ms,
+    # past the send's 150-ms message timeout: meanwhile the producer aborts through the
+    # coordinator (whose own messages got through) and bumps its epoch; the late Produce then
+    # opens a transaction on the partition that the producer's next commit there commits
+    # (G1a), or that hangs the LSO. Loss rather than delay: it strikes message by message, so
+    # a Produce can be held while its EndTxn is not on any set of links the hunt draws.
+    "transaction.partition.verification.enable": [
+        "--workload-option", "txn=true", "--nemesis", "link-loss", "--time-limit", "6",
+        "--final-time-limit", "5", "--quiet-period", "1", "--rate", "100", "--concurrency", "5", "--max-faults", "2",
+        "--client-config", "request.timeout.ms=100", "--client-config", "message.timeout.ms=150",
+        "--cluster-config", "transaction.partition.verification.enable=false"],
+    # No fault needed either: a stalled copy (9 s without a poll, max.poll.interval.ms 6 s)
+    # loses its partitions to another copier, which copies the same records; the zombie then
+    # commits its offsets with its old generation. The check refuses them (UNKNOWN_MEMBER_ID,
+    # the copy aborts); skipped, both copies commit (eos-duplicate). A pause is the cheapest
+    # kind to name.
+    "transaction.offset.commit.skip.generation.check": [
+        "--workload", "eos", "--workload-option", "stall_p=0.2", "--nemesis", "pause", "--time-limit", "12",
+        "--final-time-limit", "10", "--quiet-period", "1", "--rate", "50", "--concurrency", "5", "--max-faults", "1",
+        "--cluster-config", "transaction.offset.commit.skip.generation.check=true"],
 }
 
 

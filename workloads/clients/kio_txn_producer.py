@@ -80,7 +80,7 @@ _CORRELATION = struct.Struct(">i")
 METADATA_V, FIND_COORDINATOR_V, INIT_PRODUCER_ID_V, PRODUCE_V = 9, 3, 4, 9
 ADD_PARTITIONS_V, ADD_OFFSETS_V, END_TXN_V, TXN_OFFSET_COMMIT_V = 3, 3, 3, 3
 CONCURRENT_TXN_BACKOFF_MS = 20  # librdkafka's retry for CONCURRENT_TRANSACTIONS
-CONNECT_TIMEOUT_MS = 10_000  # librdkafka's socket.connection.setup.timeout.ms default (30 s) is longer than our calls
+CONNECT_TIMEOUT_MS = 10_000  # a connection's setup (librdkafka's socket.connection.setup.timeout.ms is 30 s; our calls are bounded by 10 s)
 KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION = 0, 1
 
 # Answers that mean "ask again, maybe elsewhere" (the coordinator moved, is loading, or a
@@ -131,10 +131,10 @@ class _Connection:
         self._next_correlation = 1
         self.closed = False
 
-    async def open(self) -> None:
+    async def open(self, timeout_ms: float) -> None:
         try:
             reader, self._writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port),
-                                                          CONNECT_TIMEOUT_MS / 1000)
+                                                          max(timeout_ms, 1) / 1000)
         except (OSError, asyncio.TimeoutError) as exc:
             self.closed = True
             raise kafka_error(KafkaError._TRANSPORT, f"connect to {self.host}:{self.port}: {exc!r}", retriable=True) from None
@@ -183,6 +183,8 @@ class _Connection:
         try:
             return await asyncio.wait_for(asyncio.shield(future), max(timeout_ms, 1) / 1000)
         except asyncio.TimeoutError:
+            self._pending.pop(correlation_id, None)  # its answer, if any, is dropped unread
+            future.cancel()
             # librdkafka (socket.max.fails=1): a timed-out request takes the connection down.
             # A close, not a reset: what was written is still delivered and served.
             self.close(f"request timed out after {timeout_ms:.0f} ms: disconnect")
@@ -236,16 +238,25 @@ class KioTxnProducer:
 
     # -- connections, metadata, coordinators -------------------------------------------
 
-    async def _connection(self, address: tuple[str, int]) -> _Connection:
+    async def _connection(self, address: tuple[str, int], timeout_ms: float) -> _Connection:
         connection = self._connections.get(address)
         if connection is None or connection.closed:
             connection = self._connections[address] = _Connection(*address, self.client_id)
-            await connection.open()
+            await connection.open(timeout_ms)
         return connection
 
     async def _request_to(self, address: tuple[str, int], api_key: int, api_version: int, timeout_ms: float,
                           **fields: Any) -> Any:
-        connection = await self._connection(address)
+        """One request; a connection to set up first shares `timeout_ms` with it (a Produce's
+        is what is left of its message's time: librdkafka times out a queued message while
+        its broker connection is still being set up, and such a message was never sent)."""
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        connection = await self._connection(address, min(timeout_ms, CONNECT_TIMEOUT_MS))
+        timeout_ms -= (loop.time() - start) * 1000
+        if timeout_ms <= 0:
+            raise kafka_error(KafkaError._TIMED_OUT, f"{address[0]}:{address[1]}: no time left after connecting",
+                              retriable=True)
         return await connection.request(api_key, api_version, build(request_class(api_key, api_version), **fields),
                                         timeout_ms)
 

@@ -432,7 +432,8 @@ class RaftQuorum:
         """Follower: no answer from the leader for fetch_timeout_ms starts a pre-vote."""
         silent_ms = (self.clock.monotonic_ns() - self._last_leader_contact_ns) / 1e6
         if silent_ms < self.config.fetch_timeout_ms:
-            self._arm(self.config.fetch_timeout_ms - silent_ms, self._check_fetch_timeout)
+            # At least 1 us: a remainder under 1 ns in floats would re-arm at the same instant forever.
+            self._arm(max(self.config.fetch_timeout_ms - silent_ms, 1e-3), self._check_fetch_timeout)
             return
         log.info("quorum node %d: no fetch answered by leader %s for %.0f ms (epoch %d)", self.node_id, self.leader_id, silent_ms, self.epoch)
         self._begin_pre_vote()

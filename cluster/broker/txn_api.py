@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from cluster.broker.env import Reply
+from cluster.broker.env import Reply, Response
 from cluster.broker.offsets_log import partition_for_group
 from cluster.broker.partition import TopicPartition
 from cluster.broker.topics import OFFSETS_TOPIC
 from cluster.protocol.codec import Request, build, payload_class, response_class
+from cluster.protocol.txn_responses import encode_add_partitions_v4_response
 from cluster.protocol.versions import ApiKey
 
 if TYPE_CHECKING:
@@ -80,26 +81,25 @@ def handle_add_partitions_to_txn(broker: Broker, request: Request, reply: Reply)
 def _handle_batched_add_partitions(broker: Broker, request: Request, reply: Reply) -> None:
     """v4+, KIP-890's broker form: several transactions, each verify-only (a partition leader
     asking whether a producer's partition is in its ongoing transaction) or an add."""
-    version = request.api_version
-    cls = response_class(ApiKey.ADD_PARTITIONS_TO_TXN, version)
-    result_cls = payload_class(ApiKey.ADD_PARTITIONS_TO_TXN, version, "AddPartitionsToTxnResult")
-    topic_cls = payload_class(ApiKey.ADD_PARTITIONS_TO_TXN, version, "AddPartitionsToTxnTopicResult")
-    partition_cls = payload_class(ApiKey.ADD_PARTITIONS_TO_TXN, version, "AddPartitionsToTxnPartitionResult")
+    # v4, the only batched version served (versions.py): its answer is encoded by hand
+    # (cluster/protocol/txn_responses.py), as every transaction's verifications get one each.
     transactions = list(request.body.transactions)
-    results: dict[int, object] = {}
+    results: dict[int, tuple[str, list[tuple[str, list[tuple[int, int]]]]]] = {}
+
+    def answer() -> None:
+        reply(Response([encode_add_partitions_v4_response(request.correlation_id, int(ErrorCode.none),
+                                                          [results[i] for i in range(len(transactions))])]))
 
     def result(position: int, errors: dict[TopicPartition, ErrorCode]) -> None:
-        topics: dict[str, list[object]] = {}
+        topics: dict[str, list[tuple[int, int]]] = {}
         for tp, error in errors.items():
-            topics.setdefault(tp.topic, []).append(build(partition_cls, partition_index=tp.partition, partition_error_code=error))
-        results[position] = build(result_cls, transactional_id=transactions[position].transactional_id,
-                                  topic_results=tuple(build(topic_cls, name=n, results_by_partition=tuple(ps)) for n, ps in topics.items()))
+            topics.setdefault(tp.topic, []).append((tp.partition, int(error)))
+        results[position] = (transactions[position].transactional_id, list(topics.items()))
         if len(results) == len(transactions):
-            reply(broker.respond(request, build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
-                                                results_by_transaction=tuple(results[i] for i in range(len(transactions))))))
+            answer()
 
     if not transactions:
-        reply(broker.respond(request, build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, results_by_transaction=())))
+        answer()
         return
     coordinator = broker.txn.coordinator
     for position, txn in enumerate(transactions):

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from cluster.broker.env import Reply, TimerHandle
+from cluster.broker.env import Reply, Response, TimerHandle
 from cluster.broker.partition import PendingAck, Partition, TopicPartition
-from cluster.protocol.codec import Request, build, payload_class, response_class
-from cluster.protocol.versions import ApiKey
+from cluster.protocol.codec import Request
+from cluster.protocol.txn_responses import encode_write_txn_markers_response
 
 if TYPE_CHECKING:
     from cluster.broker.broker import Broker
@@ -59,20 +59,14 @@ def handle_write_txn_markers(broker: Broker, request: Request, reply: Reply) -> 
         results.append(out)
 
     def answer() -> None:
-        version = request.api_version
-        partition_cls = payload_class(ApiKey.WRITE_TXN_MARKERS, version, "WritableTxnMarkerPartitionResult")
-        topic_cls = payload_class(ApiKey.WRITE_TXN_MARKERS, version, "WritableTxnMarkerTopicResult")
-        marker_cls = payload_class(ApiKey.WRITE_TXN_MARKERS, version, "WritableTxnMarkerResult")
+        # v1, the only version served (versions.py), encoded by hand (cluster/protocol/txn_responses.py).
         markers = []
         for marker, out in zip(request.body.markers, results):
-            by_topic: dict[str, list[_PartitionResult]] = {}
+            by_topic: dict[str, list[tuple[int, int]]] = {}
             for result in out:
-                by_topic.setdefault(result.tp.topic, []).append(result)
-            topics = tuple(build(topic_cls, name=name, partitions=tuple(build(partition_cls, partition_index=r.tp.partition, error_code=r.error)
-                                                                          for r in rs))
-                           for name, rs in by_topic.items())
-            markers.append(build(marker_cls, producer_id=marker.producer_id, topics=topics))
-        reply(broker.respond(request, build(response_class(ApiKey.WRITE_TXN_MARKERS, version), markers=tuple(markers))))
+                by_topic.setdefault(result.tp.topic, []).append((result.tp.partition, int(result.error)))
+            markers.append((int(marker.producer_id), list(by_topic.items())))
+        reply(Response([encode_write_txn_markers_response(request.correlation_id, markers)]))
 
     if not waits:
         answer()

@@ -4,12 +4,13 @@ DataFrames of micro-ops go in, a CheckResult comes out. Checkers never import cl
 nemeses/, workloads/ or a Kafka client: they judge what was recorded, nothing else.
 
 pipeline   Parquet in, CheckResult per run out (claims.py decides what is allowed)
-fused      the check job: prepass.py, then one shuffle by (run, key) into perkey.py, where
-           every per-key check and the dependency edges run in numpy
+fused      the check job: prepass.py, then perkey.py over each key-bucket file (older layouts:
+           one shuffle by (run, key)), where every per-key check and the dependency edges run
+           in numpy
 cycles     G0/G1c search on the collected edges (networkx)
 eos        the exactly-once checks of consume-transform-produce runs (a job after the per-key
            pass, only for runs with copy ops)
-frames     reading the history; findings, result, explain, progress, spark: the plumbing
+frames     reading the history (key-bucket files into Python tasks); findings, result, explain, progress, spark: the plumbing
 
 Each rule is implemented once, here. Its references live in tests/checkers/ (oracle.py,
 dataframe_oracle/, cycle_oracle.py, eos_oracle.py), never in this package.

@@ -3,9 +3,10 @@ each key-bucket file of a run (or, for a run in an older layout, after one shuff
 by (run, key)), one collection of the small answer.
 
 The tests' DataFrame oracle runs each anomaly as its own DataFrame, about 30 Spark jobs and 100
-stages of fixed cost per history; here a history costs the pre-pass (prepass.py: one small
-action with the run statistics, plus one more only when an info op wrote several keys) and
-one job over the key-bucket files (or the shuffled rows). Each
+stages of fixed cost per history; here a history costs the pre-pass (prepass.py: one job of
+Python tasks reading a few columns of each key-bucket file, plus one more only when a run has
+multi-record sends or an info op wrote several keys) and one job over the key-bucket files
+(or the shuffled rows). Each
 key group sends back at most MAX_WITNESSES witnesses and a count per anomaly, its
 statistics and the dependency edges it found; the driver merges them exactly as the
 DataFrame oracle ranks its rows: by (sort, detail), counts summed over keys.
@@ -19,16 +20,13 @@ from typing import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from checkers import perkey, prepass
 from checkers.findings import Findings
-from checkers.frames import RUN, run_files
+from checkers.frames import RUN, bucketed_files, map_files, read_file
 from checkers.result import CheckerError, Witness
-from harness.history_parquet import key_bucket
 
 MAX_WITNESSES = perkey.MAX_WITNESSES
 CheckFn = Callable[[perkey.KeyData, perkey.Emitter], None]
@@ -57,20 +55,20 @@ def _code() -> Column:
         F.lit(" out of the range the per-key pass packs (row < 2^22, invocation < 2^31 events before)"))))
 
 
-def per_key_answers(history: DataFrame, pre: prepass.Prepass,
-                    checks: dict[str, CheckFn] | None = None) -> DataFrame:
+def per_key_answers(history: DataFrame, pre: prepass.Prepass, checks: dict[str, CheckFn] | None = None,
+                    by_file: dict[str, list[tuple[str, int]]] | None = None) -> DataFrame:
     """The per-key pass as a DataFrame of perkey.OUTPUT_SCHEMA rows.
 
-    A run written in key buckets (harness/history_parquet.py: every key's rows in one file)
-    is checked file by file: each task reads one file itself, only the columns the checks
-    need, with no shuffle and no trip of its rows through the JVM.
+    A run written in key buckets (harness/history_parquet.py: every key's rows in one file;
+    `by_file`, bucketed_files' answer, if already known) is checked file by file: each task
+    reads one file itself, only the columns the checks need, with no shuffle and no trip of
+    its rows through the JVM.
     Any other run (an older layout, a file given with a run column) is shuffled by (run, key)
     and each Python worker splits its partition into keys itself: Spark's grouped map would
     sort every partition first, which measured twice as slow here."""
     facts = pre.facts
     # Copied here so the workers get exactly this registry (a test may swap a check).
     chosen = dict(perkey.CHECKS if checks is None else checks)
-    spark = history.sparkSession
     # Rows reach the checks with their run's index, not its name: a string per row is hashed
     # by the shuffle and copied into Arrow (10^7 rows: the whole per-key pass took 17.1 s of
     # CPU against 18.3 s, three runs each, bench history). The answers carry the name.
@@ -83,10 +81,12 @@ def per_key_answers(history: DataFrame, pre: prepass.Prepass,
     def run_name(run: int) -> str:
         return runs[run]
 
-    by_file = bucketed_files(history, runs)
+    if by_file is None:
+        by_file = bucketed_files(history, runs)
+    by_file = {run: files for run, files in by_file.items() if run in runs}
     answers = []
     if by_file:
-        answers.append(_file_answers(spark, by_file, runs, facts_of, run_name, chosen))
+        answers.append(_file_answers(history.sparkSession, by_file, runs, facts_of, run_name, chosen))
     shuffled = [run for run in runs if run not in by_file]
     if shuffled or not answers:
         answers.append(_shuffled_answers(history, pre, runs, shuffled, facts_of, run_name, chosen))
@@ -96,58 +96,19 @@ def per_key_answers(history: DataFrame, pre: prepass.Prepass,
     return out
 
 
-def bucketed_files(history: DataFrame, runs: list[str]) -> dict[str, list[tuple[str, int]]]:
-    """Run → its files and their rows, for the runs written in key buckets (every file's footer
-    says which bucket of how many it holds, all of one count, none twice)."""
-    out = {}
-    for run, files in run_files(history).items():
-        if run not in runs:
-            continue
-        seen, rows = set(), []
-        for uri in files:
-            try:
-                filesystem, path = pafs.FileSystem.from_uri(uri)
-                with filesystem.open_input_file(path) as handle:
-                    metadata = pq.read_metadata(handle)
-            except (OSError, ValueError, pa.ArrowException):
-                seen.add(None)  # not readable from Python here (a file system pyarrow lacks): shuffled
-                break
-            seen.add(key_bucket(metadata.schema.to_arrow_schema().metadata))
-            rows.append((uri, metadata.num_rows))
-        counts = {bucket[1] for bucket in seen if bucket is not None}
-        if None not in seen and len(seen) == len(files) and len(counts) == 1:
-            out[run] = rows
-    return out
-
-
-ROWS_PER_TASK = 250_000  # below this, files share a task (100 small histories: 4 tasks, not 100)
-
-
 def _file_answers(spark: SparkSession, by_file: dict[str, list[tuple[str, int]]], runs: list[str],
                   facts_of: Callable[[int], perkey.RunFacts], run_name: Callable[[int], str],
                   chosen: dict[str, CheckFn]) -> DataFrame:
     index = {run: i for i, run in enumerate(runs)}
-    units = sorted(((rows, index[run], uri) for run, files in by_file.items() for uri, rows in files), reverse=True)
-    total_rows = sum(rows for rows, *_ in units)
-    tasks = min(len(units), max(int(spark.conf.get("spark.sql.shuffle.partitions")), -(-total_rows // ROWS_PER_TASK)))
-    # The biggest files first, dealt round: every task gets a like share, and a big history's
-    # last tasks to start are its small files.
-    groups = [[(run, uri) for _, run, uri in units[i::tasks]] for i in range(tasks)]
 
-    def per_unit(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            for run, uri in zip(batch.column(RUN).to_pylist(), batch.column("uri").to_pylist()):
-                filesystem, path = pafs.FileSystem.from_uri(uri)
-                table = pq.read_table(path, filesystem=filesystem, columns=list(perkey.HISTORY_COLUMNS),
-                                      read_dictionary=["type", "f", "mop_f", "group"], use_threads=False)
-                cols = perkey.columns_from_history(table, run)
-                del table
-                for answer in perkey.check_columns(cols, facts_of, run_name, chosen):
-                    yield from answer.to_batches()
+    def per_file(run: str, uri: str) -> Iterator[pa.RecordBatch]:
+        table = read_file(uri, perkey.HISTORY_COLUMNS)
+        cols = perkey.columns_from_history(table, index[run])
+        del table
+        for answer in perkey.check_columns(cols, facts_of, run_name, chosen):
+            yield from answer.to_batches()
 
-    # One group per slice: parallelize gives each of `tasks` elements a partition of its own.
-    rdd = spark.sparkContext.parallelize(groups, tasks).flatMap(lambda group: group)
-    return spark.createDataFrame(rdd, f"{RUN} int, uri string").mapInArrow(per_unit, perkey.OUTPUT_SCHEMA)
+    return map_files(spark, by_file, per_file, perkey.OUTPUT_SCHEMA)
 
 
 def _shuffled_answers(history: DataFrame, pre: prepass.Prepass, runs: list[str], shuffled: list[str],
@@ -178,8 +139,9 @@ def _shuffled_answers(history: DataFrame, pre: prepass.Prepass, runs: list[str],
 
 
 def findings(history: DataFrame, checks: dict[str, CheckFn] | None = None) -> Findings:
-    pre = prepass.collect_facts(history)
-    answers = per_key_answers(history, pre, checks).toArrow()
+    by_file = bucketed_files(history)
+    pre = prepass.collect_facts(history, by_file)
+    answers = per_key_answers(history, pre, checks, by_file).toArrow()
     # Edges are most of the answer (10^8 bench: ~5·10^5): read them column by column, not
     # as one dict per row.
     is_edge = pc.equal(answers.column("kind"), "edge")

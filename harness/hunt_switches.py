@@ -18,6 +18,10 @@ epoch, without waiting for it, as librdkafka does); `transaction.offset.commit.s
 needs a copier that lost its partitions and still commits its offsets, which the eos
 workload's stalled copies are (`stall_p`: past max.poll.interval.ms, with TxnOffsetCommit v3
 carrying the generation the copy was polled in).
+
+The metadata quorum's switches run on three controllers with faults on the controllers
+(`--nemesis-option node_kinds=controller`, logquake.strategies): the vote switch is in
+SWITCH_HUNTS; the Figure 8 one (commit by count) in UNFOUND_HUNTS, with what was tried.
 """
 
 from __future__ import annotations
@@ -64,6 +68,54 @@ SWITCH_HUNTS: dict[str, list[str]] = {
         "--workload", "eos", "--workload-option", "stall_p=0.2", "--nemesis", "pause", "--time-limit", "12",
         "--final-time-limit", "10", "--quiet-period", "1", "--rate", "50", "--concurrency", "5", "--max-faults", "1",
         "--cluster-config", "transaction.offset.commit.skip.generation.check=true"],
+    # The metadata quorum's vote switch (three controllers, faults on the controllers only:
+    # node_kinds=controller). The loss needs a controller left behind while the other two
+    # commit metadata, then their leader gone: a partition cutting two controllers off from
+    # the brokers and the third (their leader fences every broker it no longer hears: records
+    # the third misses), then the active controller cut off or killed; with votes granted
+    # without the log check the stale third is elected and the fences vanish
+    # (metadata-committed-lost). Timeouts shortened against the simulation's and KRaft's
+    # defaults so that each step fits a 4-s run: a broker is fenced 500 ms after its last
+    # heartbeat (every 100 ms; simulation 1000/200), a follower stands after 500 ms without
+    # its leader (controller.quorum.fetch.timeout.ms, KRaft 2000), an election round lasts
+    # 250-500 ms (controller.quorum.election.timeout.ms, KRaft 1000).
+    "controller.quorum.vote.skip.log.check": [
+        "--controllers", "3", "--nemesis-option", "node_kinds=controller", "--nemesis", "partition,kill",
+        "--time-limit", "4", "--final-time-limit", "4", "--quiet-period", "1", "--rate", "50", "--concurrency", "3",
+        "--max-faults", "3",
+        "--cluster-config", "broker.session.timeout.ms=500", "--cluster-config", "broker.heartbeat.interval.ms=100",
+        "--cluster-config", "controller.quorum.fetch.timeout.ms=500",
+        "--cluster-config", "controller.quorum.election.timeout.ms=250",
+        "--cluster-config", "controller.quorum.vote.skip.log.check=true"],
+}
+
+
+# Hunts built for a switch that none has found yet, kept with what was measured (README "What
+# a hunt can find"), out of SWITCH_HUNTS so that the tests and the bench over SWITCH_HUNTS
+# assert only what a hunt does find. Run one with `logquake hunt` and its argv.
+#
+# Raft's Figure 8 (controller.quorum.commit.previous.epoch.by.count) needs one interleaving
+# (tests/cluster/quorum/test_unsafe_switches.py drives it step by step): a leader cut off with
+# some brokers appends a record its quorum never sees (it fences the brokers it no longer
+# hears); the others elect a leader whose LeaderChange at that offset reaches nobody before it
+# is cut off in turn; the first leader is re-elected with the third controller, which fetches
+# the old record alone (controller.quorum.fetch.max.bytes=1: one batch per fetch, as the seeded
+# test sets it); counting replicas commits it, and the leader must die before its own-epoch
+# record reaches the third, so that the second leader can win again and overwrite it. Faults
+# on brokers and controllers (a partition of a controller with some brokers makes the record),
+# link delays between controllers (they hold a LeaderChange or a fetch answer in flight, which
+# widens the windows from a round trip to the delay) and kills; the short timeouts of the vote
+# hunt so that the steps fit an 8-s run.
+UNFOUND_HUNTS: dict[str, list[str]] = {
+    "controller.quorum.commit.previous.epoch.by.count": [
+        "--controllers", "3", "--nemesis-option", "node_kinds=broker,controller", "--nemesis", "partition,link-delay,kill",
+        "--time-limit", "8", "--final-time-limit", "4", "--quiet-period", "1", "--rate", "50", "--concurrency", "3",
+        "--max-faults", "4",
+        "--cluster-config", "broker.session.timeout.ms=500", "--cluster-config", "broker.heartbeat.interval.ms=100",
+        "--cluster-config", "controller.quorum.fetch.timeout.ms=500",
+        "--cluster-config", "controller.quorum.election.timeout.ms=250",
+        "--cluster-config", "controller.quorum.fetch.max.bytes=1",
+        "--cluster-config", "controller.quorum.commit.previous.epoch.by.count=true"],
 }
 
 

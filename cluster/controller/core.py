@@ -34,7 +34,7 @@ from kio.schema.errors import ErrorCode
 from cluster.broker.env import ClientInfo, Clock, Endpoint, Reply, Response, Rng, Scheduler, TimerHandle
 from cluster.broker.topics import InvalidTopicError, check_topic_name, new_topic_id
 from cluster.controller.config import ControllerConfig
-from cluster.controller.elections import IsrProposal, check_isr_proposal, reelect
+from cluster.controller.elections import IsrProposal, check_isr_proposal, clear_elr, reelect
 from cluster.controller.image_snapshot import copy_image, decode_image, encode_image
 from cluster.controller.not_controller import not_controller_body
 from cluster.controller.placement import assign_replicas, check_topic_configs
@@ -369,7 +369,9 @@ class Controller:
         return self.config.eligible_leader_replicas_version >= 1
 
     def _min_isr(self, topic: str) -> int:
-        """The topic's effective min.insync.replicas (its config, else the cluster's)."""
+        """The topic's effective min.insync.replicas (its config, else the cluster's). Kafka caps
+        it at the replication factor; uncapped, the ELR is the same: an ISR of every replica
+        leaves nobody to be eligible."""
         image = self.image.topic(topic)
         raw = image.configs.get("min.insync.replicas") if image else None
         try:
@@ -715,11 +717,26 @@ class Controller:
             else:
                 error, message, record = plan_alter_configs(self.image, resource, incremental)
             if record is not None and not request.body.validate_only:
-                self.commit([record])
+                records: list[MetadataRecord] = [record, *self._min_isr_change_records(resource.resource_name, record.configs)]
+                self.commit(records)
                 log.info("topic %s configs are now %s", resource.resource_name, record.configs)
+                self._log_partition_changes(records, f"topic {resource.resource_name} min.insync.replicas altered: ELR cleared")
             results.append(build(result_cls, error_code=error, error_message=message, resource_type=resource.resource_type,
                                  resource_name=resource.resource_name))
         self._answer(request, reply, build(response_class(request.api_key, version), throttle_time=NO_THROTTLE, responses=tuple(results)))
+
+    def _min_isr_change_records(self, topic: str, new_configs: Mapping[str, str]) -> list[MetadataRecord]:
+        """With eligible leader replicas, a topic whose effective min.insync.replicas changes has
+        every ELR and last known leader emptied (elections.clear_elr; Kafka 4.1 writes a
+        ClearElrRecord for the topic whenever the key is altered, even to the value it has:
+        only a change of value can make an ELR member miss a committed record)."""
+        image = self.image.topic(topic)
+        if not self._elr_enabled or image is None:
+            return []
+        new_min_isr = new_configs.get("min.insync.replicas", str(self.config.min_insync_replicas))
+        if str(self._min_isr(topic)) == str(new_min_isr).strip():
+            return []
+        return [r for _, p in sorted(image.partitions.items()) if (r := clear_elr(p)) is not None]
 
     def _create_partitions(self, request: Request, client: ClientInfo, reply: Reply) -> None:
         version = request.api_version

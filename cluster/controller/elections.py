@@ -19,7 +19,8 @@ change, this module decides what it changes to.
   unclean election empties it. With ISR and ELR both empty, the leader the partition had
   when its ISR emptied is elected once usable, recovering (KIP-966's last known leader, as
   Kafka 4.1 does: it is where the old rule would have gone, and keeps the partition online).
-  (PartitionChangeBuilder in Kafka's metadata module.)
+  (PartitionChangeBuilder in Kafka's metadata module.) Altering a topic's min.insync.replicas
+  empties its ELRs and last known leaders (`clear_elr`, Kafka's ClearElrRecord).
 - Every leader change bumps the leader epoch and the partition epoch; any other change only
   the partition epoch.
 - AlterPartition is the leader's proposal for the ISR, accepted only against the exact
@@ -133,6 +134,19 @@ def reelect(p: PartitionState, leaving: int | None, acceptable: Acceptable, uncl
         log.warning("UNCLEAN leader election for %s-%d: broker %d (not in ISR %s) leads in epoch %d; data may be lost",
                     p.topic, p.partition, leader, list(p.isr), record.leader_epoch)
     return record
+
+
+def clear_elr(p: PartitionState) -> PartitionRecord | None:
+    """The record emptying `p`'s ELR and last known leader (None if both are already empty).
+    Kafka 4.1 does this for every partition of a topic whose min.insync.replicas is altered
+    (KAFKA-16540's ClearElrRecord): the ELR holds "every committed record" only relative to
+    the min ISR it was formed under, since lowering min ISR lets the high watermark advance
+    without its members. A leaderless partition then stays offline until a former ISR member
+    or an unclean election brings it back, rather than electing a replica that may lack
+    records committed under the new min ISR."""
+    if not p.elr and p.last_known_leader == NO_LEADER:
+        return None
+    return partition_change(p, isr=p.isr, leader=p.leader, recovering=p.leader_recovering, elr=(), last_known_leader=NO_LEADER)
 
 
 @dataclass(frozen=True)

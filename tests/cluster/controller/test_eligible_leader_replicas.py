@@ -13,7 +13,9 @@ from kio.schema.errors import ErrorCode
 
 from cluster.metadata.image import PartitionState
 from cluster.metadata.records import NO_LEADER
-from tests.cluster.controller.driver import SESSION_TIMEOUT_MS, ControllerDriver
+from cluster.protocol.codec import build
+from cluster.protocol.versions import ApiKey
+from tests.cluster.controller.driver import SESSION_TIMEOUT_MS, ControllerDriver, req
 
 MIN_ISR_2 = {"min.insync.replicas": "2"}
 
@@ -106,3 +108,47 @@ def test_without_elr_an_unclean_shutdown_changes_nothing(make_controller: Callab
 def test_a_bad_feature_level_is_refused_naming_the_setting(make_controller: Callable[..., ControllerDriver]) -> None:
     with pytest.raises(ValueError, match="eligible.leader.replicas.version"):
         make_controller(properties={"eligible.leader.replicas.version": "2"})
+
+
+def _alter_topic_config(controller: ControllerDriver, topic: str, name: str, value: str | None) -> None:
+    """IncrementalAlterConfigs v1 of one topic key (SET, or DELETE with None)."""
+    entry = build(req(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, "AlterableConfig"), name=name, config_operation=0 if value is not None else 1,
+                  value=value)
+    resource = build(req(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, "AlterConfigsResource"), resource_type=2, resource_name=topic,
+                     configs=(entry,))
+    body = controller.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, resources=(resource,), validate_only=False)
+    assert [r.error_code for r in body.responses] == [ErrorCode.none], body
+
+
+def test_altering_the_topic_min_isr_clears_its_elr_and_last_known_leader(make_controller: Callable[..., ControllerDriver]) -> None:
+    controller = _isr_shrunk_by_fencing(make_controller)
+    controller.create_topic("other", partitions=1, replication_factor=3, assignments={0: [0, 1, 2]})
+    controller.keep_alive([], SESSION_TIMEOUT_MS + 500)
+    assert (controller.partition("t").elr, controller.partition("t").last_known_leader) == ((0, 2), 0)
+    other = controller.partition("other")
+    assert other.isr == () and other.elr == (0,)
+    # Another key, or the cluster's min ISR set on the topic, leaves the ELR as it is.
+    _alter_topic_config(controller, "t", "retention.ms", "60000")
+    _alter_topic_config(controller, "t", "min.insync.replicas", "2")
+    assert controller.partition("t").elr == (0, 2)
+    # Lowered to 1, a lone ISR member could have committed records 0 and 2 never got: the ELR
+    # (formed under min ISR 2) no longer proves anything, as Kafka's ClearElrRecord says.
+    _alter_topic_config(controller, "t", "min.insync.replicas", "1")
+    state = controller.partition("t")
+    assert (state.leader, state.isr, state.elr, state.last_known_leader) == (NO_LEADER, (), (), NO_LEADER)
+    assert controller.partition("other") == other  # only the altered topic
+    # Broker 2 (stalled, not crashed) is unfenced: no longer eligible, it does not lead, and
+    # the partition waits for an unclean election rather than guessing.
+    assert not controller.heartbeat(2).is_fenced
+    state = controller.partition("t")
+    assert (state.leader, state.isr, state.elr) == (NO_LEADER, (), ())
+    # Removing the topic's min ISR (back to the cluster's 2) changes it too.
+    _alter_topic_config(controller, "t", "min.insync.replicas", None)
+    assert controller.partition("t").elr == ()
+
+
+def test_without_elr_altering_the_min_isr_changes_no_partition(make_controller: Callable[..., ControllerDriver]) -> None:
+    controller = _isr_shrunk_by_fencing(make_controller, **{"eligible.leader.replicas.version": "0"})
+    before = controller.partition("t")
+    _alter_topic_config(controller, "t", "min.insync.replicas", "1")
+    assert controller.partition("t") == before

@@ -37,7 +37,7 @@ from tests.cluster.replication_helpers import FAST_FAILOVER, produce_directly, r
 
 TOPIC = "eligible"
 RECORDS = 200
-SETTINGS = {**FAST_FAILOVER, "eligible.leader.replicas.version": os.environ.get("ELR_V", "1"), "min.insync.replicas": "2", "log.crash.lose.unflushed": "true", "default.replication.factor": "3"}
+SETTINGS = {**FAST_FAILOVER, "min.insync.replicas": "2", "log.crash.lose.unflushed": "true", "default.replication.factor": "3"}
 WAIT_S = 30  # only a hang reaches it
 
 

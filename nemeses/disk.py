@@ -14,7 +14,9 @@ start-disk is one of (`--nemesis-option disk_kinds=...`, chosen by the seeded sc
                 Always one broker, and never the last in-sync replica of a partition (another
                 running broker is taken instead, or none): losing the last in-sync copy's
                 unflushed data is the case Kafka documents as able to lose acknowledged
-                writes (KIP-966), not a disk fault Kafka's replication survives
+                writes (KIP-966's last replica standing; eligible leader replicas, on by
+                default, save it only when the partition has one), not a disk fault Kafka's
+                replication survives
 fsync-eio, disk-full and slow-fsync hit the brokers `db_targets` picks.
 
 stop-disk heals: brokers still running get a healthy disk again (the fault counts show what
@@ -127,9 +129,13 @@ class DiskPackage:
     def _power_loss_target(self, node: int) -> tuple[int | None, list[str]]:
         """`node`, or the first other running broker if `node` is the last in-sync replica of
         some partition (None if every running broker is): a power loss of the last in-sync
-        copy loses acknowledged writes in Kafka too, whatever min.insync.replicas says (the
-        ISR may have shrunk after they were acknowledged): KIP-966's case, which the
-        eligible leader replicas of Kafka 4 address and this cluster does not model."""
+        copy loses acknowledged writes whatever min.insync.replicas says (the ISR may have
+        shrunk after they were acknowledged) unless the partition has an eligible leader
+        replica to elect instead (KIP-966; on by default here as in Kafka 4.1, where the
+        powered-off broker then leaves the ISR and ELR at its unclean restart). With
+        eligible.leader.replicas.version=0, or an ELR as empty as the ISR (min ISR 1), it
+        is the loss Kafka documents, not a disk fault its replication survives, so the nemesis
+        keeps off it either way."""
         try:
             states = self.control.partition_states()
         except ControlError:

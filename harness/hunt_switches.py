@@ -154,9 +154,13 @@ FIND_HUNTS: dict[str, list[str]] = {
     # min ISR 1 the lone in-sync leader acknowledges alone, and its kill loses that. Flushing
     # every 80 ms (checked every 10) keeps what several replicas acknowledged safe across two
     # kills 0.1 s apart (the schedules' step); 100 ops/s so that the lone leader's last 90 ms
-    # hold writes. Not a sound safe comparison: a kill of two brokers that are the whole ISR
-    # loses with min ISR 2 too (seed 2 finds kill[0] 0+1.4s; kill[1,2] 1.4+0.1s, invalid with
-    # min ISR 2; README "What a hunt can find").
+    # hold writes. Not a sound safe comparison with kill=2: a kill of two brokers that are the
+    # whole ISR loses with min ISR 2 too, eligible leader replicas or not, since both copies
+    # drop their unflushed tails (seed 2 finds kill[0] 0+1.4s; kill[1,2] 1.4+0.1s, invalid with
+    # min ISR 2 and the default ELR). One kill at a time is sound now: pauses (which stop the
+    # flushers too) shrink the ISR, and the schedule that lost at min ISR 2 under the older
+    # election rule (pause[primaries] 4+1s; kill[2] 4.3+1.8s, KIP-966's last replica
+    # standing) is valid with ELR; README "What a hunt can find".
     # Kills of at most 2 s: the lone leader comes back within the main phase and its lost
     # offsets go to new writes, which is what shows the loss (the final phase only reads).
     "min.insync.replicas": [

@@ -101,8 +101,8 @@ def test_fenced_followers_keep_what_a_crashed_lone_leader_lost_and_a_clean_stop_
     # Min ISR 2: alone, the leader acknowledges nothing more.
     assert produce_directly(host, port, TOPIC, 0, b"alone", acks=-1, timeout_ms=5000) == "not_enough_replicas"
     cluster.kill(leader)
+    assert not os.path.exists(os.path.join(cluster.brokers[leader].data_dir, MARKER_FILE)), "a SIGKILL left a clean-shutdown marker"
     cluster.start(leader)  # ready: registered (no marker: an unclean shutdown) and unfenced
-    assert not os.path.exists(os.path.join(cluster.brokers[leader].data_dir, MARKER_FILE))
     state = partition_record(cluster)
     assert state is not None and (state.leader, state.isr, state.elr) == (NO_LEADER, (), eligible), \
         f"the crashed last ISR member must leave the ISR and ELR and not lead: {state}"

@@ -14,19 +14,21 @@ as coroutines.
 Outcomes follow workloads/clients/aiokafka_txn.py's rules (before the commit: `fail`; an
 unknown commit outcome: `info`, and the process ends).
 
-Zombies. aiokafka 0.14's send_offsets_to_transaction sends TxnOffsetCommit v0, without the
-consumer's member id and generation, so the broker cannot fence a copier that lost its
-partitions (KIP-447) the way it fences librdkafka's. The copier therefore keeps its copies out
-of rebalances itself: a copy holds `_copy_lock` from its poll to the end of its transaction,
+Transactions. With txn=true a copier's producer is `KioTxnProducer`
+(workloads/clients/kio_txn_producer.py), and its offsets go with TxnOffsetCommit v3 carrying
+the consumer's group metadata as the copy polled it (member id, generation and static id read
+from aiokafka's coordinator right after the poll, as the confluent client calls
+consumer_group_metadata()): a copier that lost its partitions meanwhile is refused by the
+group coordinator (UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION, KIP-447) and aborts, unless
+`transaction.offset.commit.skip.generation.check=true`. Rebalances that run through the copier
+still wait for its copy: a copy holds `_copy_lock` from its poll to the end of its transaction,
 and the rebalance listener's `on_partitions_revoked` (which aiokafka awaits before rejoining
-the group, so before anyone else is given the partitions) waits for it, then waits until the
-group's committed offsets show this copier's last committed copy (a commit returns before
-its marker reaches `__consumer_offsets`, and aiokafka's OffsetFetch does not ask for stable
-offsets, so the next owner could otherwise start from the offsets before it). What this
-cannot cover is a copier removed from the group without a rebalance through it: aiokafka
-leaves the group when `max.poll.interval.ms` passes without a poll (the workload's `stall_p`
-makes exactly that zombie), and a coordinator can expire a session. Such a zombie's copy is
-not fenced by the safe cluster either: with aiokafka, `stall_p` duplicates are the client's.
+the group, so before anyone else is given the partitions) waits for it, then until the group's
+committed offsets show this copier's last committed copy (aiokafka's OffsetFetch does not ask
+for stable offsets, so the next owner could otherwise start from the offsets before it; a
+librdkafka consumer rejoins only from its poll, and asks for stable offsets). A copier removed
+from the group without a rebalance through it (`stall_p`: past `max.poll.interval.ms`) is the
+zombie KIP-447 fences. txn=false copiers stay aiokafka producers.
 
 Copy ids (the low COPY_ID_BITS of an output value) come from a counter per run, not per
 process as in the confluent client: two simulated runs in one process (a hunt) must number

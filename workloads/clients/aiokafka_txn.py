@@ -1,39 +1,34 @@
-"""The queue workload's transactional client on aiokafka (`--sim --workload-option txn=true`):
-every send/poll/txn op is one transaction, recorded exactly as the confluent-kafka
+"""The queue workload's transactional client for simulated runs (`--sim --workload-option
+txn=true`): every send/poll/txn op is one transaction, recorded exactly as the confluent-kafka
 `TxnQueueClient` (workloads/clients/txn.py) records it, so the checkers judge both histories
 with the same meaning.
 
-One `AIOKafkaProducer(transactional_id=...)` per process (the id unique per process, so a
-retired process's successor comes back under a fresh id, as in Jepsen) and the queue
-client's read_committed consumer. An op runs as:
+The transactional producer is `KioTxnProducer` (workloads/clients/kio_txn_producer.py: a
+librdkafka-like transaction manager on the project's protocol layer), one per process with
+the real run's transactional id per process (so a retired process's successor comes back
+under a fresh id, as in Jepsen); the consumer is the queue client's aiokafka read_committed
+consumer. aiokafka 0.14's own transactional producer is no longer used: it never ends a
+transaction while one of its Produce requests may still land (it waits for every batch, even
+to abort, and never bumps its epoch) and sends TxnOffsetCommit v0, so the simulated runs
+could not show `transaction.partition.verification.enable=false` or the KIP-447 generation
+check. An op runs as:
 
     begin_transaction
     each micro-op in order: send (wait for its acknowledgement) or poll
         (an intentional abort before micro-op `extra.abort_at`, drawn by the generator)
-    send_offsets_to_transaction(highest polled offset + 1 per key, the consumer's group)
+    send_offsets_to_transaction(highest polled offset + 1 per key, the consumer's group
+        metadata: member id and generation from aiokafka's coordinator, TxnOffsetCommit v3)
     commit_transaction
 
 Outcomes, as txn.py's: before commit_transaction nothing can commit the transaction, so an
 error there (or the intentional abort) is a definite `fail` whether or not our abort
 succeeds (a transaction never asked to commit is aborted by the coordinator: our abort, the
 id's next InitProducerId, or `transaction.timeout.ms`). Only the commit can leave the outcome
-open. Where aiokafka differs from librdkafka:
-
-- aiokafka retries the retriable EndTxn errors itself (coordinator moved or loading,
-  CONCURRENT_TRANSACTIONS), without a bound: the whole commit is bounded by
-  COMMIT_TIMEOUT_S (txn.py's COMMIT_DEADLINE_S), past which it is `info`;
-- an abortable error (aiokafka's ABORTABLE_ERROR state: a group or topic authorization
-  refusal) is raised by commit_transaction before any EndTxn is sent: the op is aborted and
-  `fail`, as librdkafka's `txn_requires_abort()` commit errors are;
-- any other commit error (fenced, INVALID_TXN_STATE, a broken sender: aiokafka makes these
-  fatal) is `info`, and the process ends: its producer can run no further transaction;
-- aiokafka never expires an idempotent producer's batch (it retries until it is written),
-  so a send's wait is bounded by `message.timeout.ms` as in the queue client, and the abort
-  that follows (which first waits for the batches in flight) by CALL_TIMEOUT_S: an abort
-  that cannot finish ends the process;
-- `send_offsets_to_transaction` takes the group id only (aiokafka 0.14 sends TxnOffsetCommit
-  v0, without KIP-447's member id and generation), where librdkafka passes the consumer's
-  group metadata.
+open: a commit that fails or passes COMMIT_TIMEOUT_S (txn.py's COMMIT_DEADLINE_S) is `info`
+and ends the process. Errors are librdkafka's (KafkaException), classified by the confluent
+client's table (errors.py). A send is bounded by `message.timeout.ms` in the producer; one
+that times out makes the transaction abortable with an epoch bump, as in librdkafka; an abort
+that cannot finish within CALL_TIMEOUT_S ends the process.
 
 Consumer rollback (Jepsen's with-consumer-rollback): an op that is not ok seeks every key it
 polled back to the first offset it polled there.
@@ -47,9 +42,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
-from aiokafka.producer.transaction_manager import TransactionState
 from confluent_kafka import KafkaException
 
 from harness.generator import Completion, Invocation
@@ -104,21 +97,6 @@ def txn_settings(effective: Mapping[str, str], overrides: Mapping[str, str]) -> 
                                                   "sends one JoinGroup per assignor (aio-libs/aiokafka#1168)")
     return dataclasses.replace(settings, producer={**settings.producer, "transaction_timeout_ms": timeout_ms},
                                consumer=consumer, notes=notes)
-
-
-def txn_state(producer: AIOKafkaProducer) -> TransactionState:
-    """aiokafka's transaction state (it has no public accessor): begin, commit and abort
-    assert their transition from it, so the client reads it before each call."""
-    return producer._txn_manager.state  # noqa: SLF001 - the glue pins aiokafka 0.14's internals
-
-
-def abandon_txn_outcome(producer: AIOKafkaProducer) -> None:
-    """A commit or abort we stopped waiting for still ends, often with an error (fenced by
-    the id's next producer): retrieve it unreported, or asyncio logs "exception was never
-    retrieved" for aiokafka's transaction future when it is collected."""
-    waiter = producer._txn_manager.wait_for_transaction_end()  # noqa: SLF001 - see txn_state
-    if waiter is not None:
-        waiter.add_done_callback(lambda f: f.cancelled() or f.exception())
 
 
 class _BodyError(Exception):

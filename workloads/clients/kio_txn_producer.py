@@ -207,6 +207,9 @@ class _Connection:
 class _Txn:
     partitions: set[tuple[str, int]] = field(default_factory=set)
     offsets_added: bool = False
+    # An AddPartitionsToTxn or AddOffsetsToTxn was sent (librdkafka's txn_req_cnt): the
+    # coordinator may have a transaction open, so an abort sends EndTxn.
+    requests_sent: bool = False
     requires_epoch_bump: bool = False
     error: KafkaException | None = None
 
@@ -388,6 +391,7 @@ class KioTxnProducer:
         def error_of(body: Any) -> ErrorCode:
             return next(p.partition_error_code for t in body.results_by_topic_v3_and_below for p in t.results_by_partition)
 
+        self._txn.requests_sent = True
         body = await self._coordinator_request(
             "AddPartitionsToTxn", ApiKey.ADD_PARTITIONS_TO_TXN, ADD_PARTITIONS_V, error_of,
             v3_and_below_transactional_id=self.transactional_id, v3_and_below_producer_id=self.producer_id,
@@ -408,7 +412,13 @@ class KioTxnProducer:
         self._require(TxnState.IN_TRANSACTION)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.message_timeout_ms / 1000
-        await self._add_partition(topic, partition)
+        try:
+            # The message's time runs while its partition is being added (librdkafka queues
+            # it meanwhile, and times it out there).
+            await asyncio.wait_for(self._add_partition(topic, partition), self.message_timeout_ms / 1000)
+        except asyncio.TimeoutError:
+            raise self._abortable(KafkaError._MSG_TIMED_OUT, f"{topic}/{partition}: message timed out while its "
+                                  "partition was added to the transaction", bump=True) from None
         sequence = self._sequences.get((topic, partition), 0)
         self._sequences[(topic, partition)] = sequence + 1
         batch = build_batch([Record(key, value)], base_offset=0, timestamp_ms=timestamp_ms, attributes=ATTR_TRANSACTIONAL,
@@ -467,6 +477,7 @@ class KioTxnProducer:
         self._require(TxnState.IN_TRANSACTION)
         if not offsets:
             return
+        self._txn.requests_sent = True
         body = await self._coordinator_request(
             "AddOffsetsToTxn", ApiKey.ADD_OFFSETS_TO_TXN, ADD_OFFSETS_V, lambda b: b.error_code,
             transactional_id=self.transactional_id, producer_id=self.producer_id, producer_epoch=self.producer_epoch,
@@ -511,7 +522,7 @@ class KioTxnProducer:
 
     async def commit_transaction(self) -> None:
         self._require(TxnState.IN_TRANSACTION)
-        if self._txn.partitions or self._txn.offsets_added:
+        if self._txn.requests_sent:
             await self._end_txn(True)
         self.state = TxnState.READY
 
@@ -520,7 +531,7 @@ class KioTxnProducer:
         message requires it. Nothing is in flight here: sends are awaited, and a timed-out
         request is no longer the client's."""
         self._require(TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR)
-        if self._txn.partitions or self._txn.offsets_added:
+        if self._txn.requests_sent:
             await self._end_txn(False)
         if self._txn.requires_epoch_bump:
             await self._init_producer_id(self.producer_id, self.producer_epoch)

@@ -13,9 +13,10 @@ partition) and answers with its statistics and the rows of those ops, a few rows
 the driver sums and groups the slices' answers (`combine`). A multi-record send shows as one
 only in its rows after the first, so when some run has them a second look (`partial_facts`
 with `multi`) fetches their first rows. Python tasks read a run in key buckets file by file,
-only these columns (fused.map_files); any other run's rows come through Arrow, unshuffled.
-The Spark SQL form of this pass took three scans of the history (10^7 bench rows: ~3.5 s of
-CPU); the answer is collected to the driver and shipped to every key group inside the
+only these columns (frames.map_files); any other run's rows come through Arrow, unshuffled.
+The Spark SQL form of this pass took three scans of the history (10^7 bench rows: 3.6-5.3 s
+of CPU at load 8-14; this one 1.7-1.9 s at load 13-22, ~0.75 s of it reading and numpy in the
+tasks); the answer is collected to the driver and shipped to every key group inside the
 per-key function.
 """
 

@@ -83,12 +83,14 @@ def test_a_schedule_of_controller_faults_replays_and_flags_votes_without_the_log
 @pytest.mark.soak
 def test_the_vote_switch_is_found_by_a_hunt_and_the_safe_cluster_survives_it(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    argv = [*SWITCH_HUNTS[VOTE], "--seed", "1", "--budget", "600", "--max-shrinks", "10", "--no-database"]
+    # Seed 4 finds it with run 56 (bench_hunt, 2026-11-27; seeds 1, 3, 5 did not within 27-70 runs),
+    # given a budget that reaches run 56 (the default --max-examples: it shapes what is drawn).
+    argv = [*SWITCH_HUNTS[VOTE], "--seed", "4", "--budget", "1200", "--max-shrinks", "10", "--no-database"]
     assert main(["hunt", *argv, "--results-dir", str(tmp_path / "unsafe")]) == 1, capsys.readouterr().out
     (hunt_json,) = (tmp_path / "unsafe").glob("hunt/*/hunt.json")
     info = json.loads(hunt_json.read_text())
     results = json.loads((Path(info["run_dir"]) / "results.json").read_text())
     assert results["valid"] is False and any(a["name"].startswith("metadata-committed") for a in results["anomalies"])
-    safe = [*without_switch(SWITCH_HUNTS[VOTE]), "--seed", "1", "--budget", "600", "--max-examples", str(info["examples"]),
+    safe = [*without_switch(SWITCH_HUNTS[VOTE]), "--seed", "4", "--budget", "1200", "--max-examples", str(info["examples"]),
             "--no-database"]
     assert main(["hunt", *safe, "--results-dir", str(tmp_path / "safe")]) == 0, capsys.readouterr().out

@@ -2,9 +2,10 @@
 workloads (queue `txn=true` and eos, whose transactional producer is the kio one): with
 `transaction.lso.ignore.open.transactions=true` the hunt stops at its first run (read_committed
 polls read records of open transactions that later abort: G1a), shrinks it and replays it
-invalid; the same hunt on the safe cluster finds nothing. The other two switches' hunts
-(partition verification: link faults between the client and a leader; the generation check:
-stalled eos copiers) take minutes on the shared machine: soak (harness/hunt_switches.py)."""
+invalid; the same hunt on the safe cluster finds nothing. The generation check's hunt (stalled
+eos copiers) takes minutes on the shared machine: soak. Partition verification's hunt (link
+loss between the client and a leader) has not found it yet: UNFOUND_HUNTS
+(harness/hunt_switches.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.hunt_switches import SWITCH_HUNTS, without_switch
+from harness.hunt_switches import SWITCH_HUNTS, UNFOUND_HUNTS, without_switch
 
 TXN_SWITCHES = sorted(s for s in SWITCH_HUNTS if s.startswith("transaction."))
 
@@ -40,8 +41,10 @@ def _found_and_survived(switch: str, tmp_path: Path, capsys: pytest.CaptureFixtu
 
 
 def test_every_txn_switch_has_a_hunt() -> None:
-    assert TXN_SWITCHES == ["transaction.lso.ignore.open.transactions", "transaction.offset.commit.skip.generation.check",
-                            "transaction.partition.verification.enable"]
+    assert TXN_SWITCHES == ["transaction.lso.ignore.open.transactions", "transaction.offset.commit.skip.generation.check"]
+    # Its hunt has not found it yet (what was tried is with the entry); a fixed schedule shows
+    # it: tests/harness/test_sim_txn_switches.py.
+    assert "transaction.partition.verification.enable" in UNFOUND_HUNTS
     assert without_switch(SWITCH_HUNTS[TXN_SWITCHES[0]])[-2:] == ["--max-faults", "1"]
 
 

@@ -3,8 +3,8 @@ run's shape and the cluster and client settings (the README's fault mixes, on sh
 simulated runs so that each example costs a few wall seconds). bench/bench_hunt.py times
 them; tests/harness/test_hunt.py runs them (the unflushed crash in CI, the others soak).
 
-Not in SWITCH_HUNTS, and why: `unclean.leader.election.enable=true` and `min.insync.replicas=1`
-lose data Kafka documents as possible, so the claims allow it and their runs are valid (a hunt
+Not in SWITCH_HUNTS, and why: `unclean.leader.election.enable=true`, `min.insync.replicas=1`
+and `eligible.leader.replicas.version=0` (with unflushed crashes) lose data Kafka documents as possible, so the claims allow it and their runs are valid (a hunt
 stops only at an invalid verdict): they are in FIND_HUNTS below, hunted with `--find`.
 
 The three transaction switches are hunted on the simulated transactional workloads, whose
@@ -156,30 +156,42 @@ FIND_HUNTS: dict[str, list[str]] = {
         "--quiet-period", "1", "--rate", "50", "--concurrency", "3", "--max-faults", "2", "--max-fault-targets", "kill=2",
         "--cluster-config", "broker.session.timeout.ms=1000", "--cluster-config", "broker.heartbeat.interval.ms=250",
         "--cluster-config", "unclean.leader.election.enable=true"],
-    # The same kills on a cluster whose killed brokers lose what they had not flushed: with
-    # min ISR 1 the lone in-sync leader acknowledges alone, and its kill loses that. Flushing
-    # every 80 ms (checked every 10) keeps what several replicas acknowledged safe across two
-    # kills 0.1 s apart (the schedules' step); 100 ops/s so that the lone leader's last 90 ms
-    # hold writes. Not a sound safe comparison with kill=2: a kill of two brokers that are the
-    # whole ISR loses with min ISR 2 too, eligible leader replicas or not, since both copies
-    # drop their unflushed tails (seed 2 finds kill[0] 0+1.4s; kill[1,2] 1.4+0.1s, invalid with
-    # min ISR 2 and the default ELR). One kill at a time with pauses should be the sound form
-    # (KIP-966 tolerates min ISR - 1 unclean shutdowns): the schedule that lost at min ISR 2
-    # under the older election rule (pause[primaries] 4+1s; kill[2] 4.3+1.8s, KIP-966's last
-    # replica standing) is valid with ELR, and a 20-schedule search of that form found nothing,
-    # which is weak evidence only; README "What a hunt can find".
-    # Kills of at most 2 s: the lone leader comes back within the main phase and its lost
+    # A cluster whose killed brokers lose what they had not flushed: with min ISR 1 the lone
+    # in-sync leader acknowledges alone, and its kill loses that. Pauses shrink the ISR and
+    # lose nothing; one kill at a time (kill=1) so that the safe form is sound: min ISR 2 with
+    # eligible leader replicas (KIP-966, the default) tolerates min ISR - 1 unclean shutdowns,
+    # while two kills at once of the whole ISR lose with any min ISR, since every copy drops
+    # its unflushed tail (seed 2 of the older kill=2 form found kill[0] 0+1.4s; kill[1,2]
+    # 1.4+0.1s, invalid at min ISR 2 with ELR). Flushing every 80 ms (checked every 10) bounds
+    # the unflushed tail; 100 ops/s so that the lone leader's last 90 ms hold writes. Seed 1 of
+    # this form found pause[primaries] 4+1s; kill[1] 4.3+1.8s at run 141 (522 s, session 9);
+    # the same shape is valid at min ISR 2 with ELR and loses without it (the entry below).
+    # Kills of at most 3 s: the lone leader comes back within the main phase and its lost
     # offsets go to new writes, which is what shows the loss (the final phase only reads).
     "min.insync.replicas": [
-        "--find", LOSS_ANOMALIES, "--nemesis", "kill", "--time-limit", "8", "--final-time-limit", "3",
-        "--quiet-period", "1", "--rate", "100", "--concurrency", "3", "--max-faults", "2", "--max-fault-targets", "kill=2",
-        "--max-fault-duration", "2",
+        "--find", LOSS_ANOMALIES, "--nemesis", "pause,kill", "--time-limit", "8", "--final-time-limit", "3",
+        "--quiet-period", "1", "--rate", "100", "--concurrency", "3", "--max-faults", "3", "--max-fault-targets", "kill=1",
+        "--max-fault-duration", "3",
         "--cluster-config", "broker.session.timeout.ms=1000", "--cluster-config", "broker.heartbeat.interval.ms=250",
         "--cluster-config", "log.crash.lose.unflushed=true", "--cluster-config", "log.flush.interval.ms=80",
         "--cluster-config", "log.flush.scheduler.interval.ms=10", "--cluster-config", "min.insync.replicas=1"],
+    # KIP-966's last replica standing: without eligible leader replicas (Kafka before 4.1) the
+    # ISR keeps its last member when the others are fenced (paused past the session timeout),
+    # and that member, crashing with its unflushed tail lost, is elected again: one kill loses
+    # what min ISR 2 acknowledged (tests/harness/test_last_replica_standing_run.py replays such
+    # a schedule). The safe form is the default, ELR on.
+    "eligible.leader.replicas.version": [
+        "--find", LOSS_ANOMALIES, "--nemesis", "pause,kill", "--time-limit", "8", "--final-time-limit", "3",
+        "--quiet-period", "1", "--rate", "100", "--concurrency", "3", "--max-faults", "3", "--max-fault-targets", "kill=1",
+        "--max-fault-duration", "3",
+        "--cluster-config", "broker.session.timeout.ms=1000", "--cluster-config", "broker.heartbeat.interval.ms=250",
+        "--cluster-config", "log.crash.lose.unflushed=true", "--cluster-config", "log.flush.interval.ms=80",
+        "--cluster-config", "log.flush.scheduler.interval.ms=10", "--cluster-config", "min.insync.replicas=2",
+        "--cluster-config", "eligible.leader.replicas.version=0"],
 }
 # The switch's setting on the safe cluster (None: left out).
-SAFE_SETTING: dict[str, str | None] = {"unclean.leader.election.enable": None, "min.insync.replicas": "2"}
+SAFE_SETTING: dict[str, str | None] = {"unclean.leader.election.enable": None, "min.insync.replicas": "2",
+                                       "eligible.leader.replicas.version": None}
 
 
 def safe_find_hunt(switch: str) -> list[str]:

@@ -14,6 +14,10 @@ results.json and `simulation.json` say the run was simulated and how fast it wen
 
 A fault schedule can be given as data (`fault_ops`: timed nemesis ops) instead of the
 packages' seeded schedule, for tools that search over schedules.
+
+An exception raised out of the simulation's event loop (a simulated node's code in a timer
+callback) abandons the run: the loop cannot run on, so the faults are healed and the heal
+recorded at once, before the history is closed, and the exception goes to the caller.
 """
 
 from __future__ import annotations
@@ -104,11 +108,15 @@ def execute_sim(run: Run, fault_ops: Sequence[FaultOp] | None = None, *, check_h
     interrupted = False
     with _client_log_to(run), SimAsyncio(sim) as runtime:
         phases = _Phases(run, sim, runtime, bootstrap, fault_ops)
+        phases_run = phases.run()
         try:
-            interrupted = runtime.run(phases.run(), timeout_s=spec.time_limit_s + spec.quiet_period_s +
+            interrupted = runtime.run(phases_run, timeout_s=spec.time_limit_s + spec.quiet_period_s +
                                       spec.final_time_limit_s + SLACK_S)
         except asyncio.TimeoutError:
             raise HarnessError(f"the simulated run did not end within {SLACK_S:g} simulated s of its phases' limits") from None
+        except BaseException as exc:
+            _abandon(run, phases, phases_run, exc)
+            raise
         speed = runtime.speed
     run.history.close()
     if len(sim.controller_ids) > 1:
@@ -132,6 +140,21 @@ def execute_sim(run: Run, fault_ops: Sequence[FaultOp] | None = None, *, check_h
 
     return RunOutcome(run.run_dir, valid, EXIT_CODES[valid], False,
                       f"{message}; simulated {speed.simulated_s:.0f} s at {speed.ratio:.1f}x")
+
+
+def _abandon(run: Run, phases: "_Phases", phases_run: Any, exc: BaseException) -> None:
+    """Something raised out of the simulation's event loop (a simulated node's code in a timer
+    callback, say): the loop stopped with the phases' task pending and cannot run on. Close
+    the phases' coroutine where it stopped, which heals the faults and records the heal now,
+    while the history is open. Left pending, the coroutine was closed by the garbage collector
+    after the caller had closed the history, and its heal raised HistoryWriteError there."""
+    run.log.error("the simulation raised %s out of its event loop in the %s phase at %.3f simulated s: "
+                  "healing and abandoning the run", type(exc).__name__, phases.phase,
+                  phases.sim.clock.monotonic_ns() / 1e9, exc_info=exc)
+    try:
+        phases_run.close()
+    except RuntimeError as close_exc:  # a close that awaited (stopped inside a client's close)
+        run.log.error("closing the abandoned phases: %s", close_exc)
 
 
 def _client_log_to(run: Run) -> contextlib.AbstractContextManager[None]:
@@ -190,6 +213,11 @@ class _Phases:
         self.bootstrap = bootstrap
         self.fault_ops = fault_ops
         self.client_settings: dict[str, Any] = {}
+        self.phase = "setup"
+
+    def set_phase(self, phase: str) -> None:
+        self.phase = phase
+        self.run_.set_phase(phase)
 
     async def run(self) -> bool:
         """The phases on the simulation's loop; True when interrupted."""
@@ -203,6 +231,7 @@ class _Phases:
         loop = asyncio.get_running_loop()
         before = set(asyncio.all_tasks())
         interp: SimInterpreter | None = None
+        closing = False
         try:
             try:
                 await workload.setup()
@@ -231,24 +260,30 @@ class _Phases:
             if run.stop_requested.is_set():
                 interp.stop()
             faults = scheduled_faults(self.fault_ops) if self.fault_ops is not None else fault_schedule(spec, combined)
-            run.set_phase("main")
+            self.set_phase("main")
             interrupted = not await interp.run(main_generator(spec, workload.generator, faults))
             heal(run)
             if not interrupted:
-                run.set_phase("quiet")
+                self.set_phase("quiet")
                 await asyncio.sleep(spec.quiet_period_s)
                 interrupted = run.stop_requested.is_set()
             if not interrupted and workload.final_generator is not None:
-                run.set_phase("final")
+                self.set_phase("final")
                 interrupted = not await interp.run(TimeLimit(spec.final_time_limit_s, clients(workload.final_generator)))
-            run.set_phase("teardown")
+            self.set_phase("teardown")
             return interrupted
+        except GeneratorExit:
+            # Closed by _abandon: the loop cannot run, so nothing below may await.
+            closing = True
+            raise
         finally:
             if interp is not None:
                 heal(run)  # heal even if a phase raised (once: heal() remembers)
-                await interp.close()
-            await workload.close()
-            await _cancel_the_rest(keep=before)
+            if not closing:
+                if interp is not None:
+                    await interp.close()
+                await workload.close()
+                await _cancel_the_rest(keep=before)
 
 
 async def _cancel_the_rest(keep: set[asyncio.Task]) -> None:

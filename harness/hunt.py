@@ -15,7 +15,10 @@ time; `--max-examples` bounds it by count instead).
 
 Exit codes as `logquake test`: 1 a failure found (and replayed invalid), 0 the budget spent
 with none, 2 the replay's verdict unknown or valid (not reproduced), 254 bad arguments, 255 a
-harness error.
+harness error. A simulated run that raises (anything but a HarnessError: a bug in the harness
+or the simulated cluster, not a finding) ends the hunt at once with 255, naming the error and
+the schedule; the schedule and the run's directory are kept under `<results>/hunt/<time>/`
+with the command that replays it.
 
 `--find ANOMALY[,ANOMALY]` hunts for a run whose results show one of those anomalies
 (checkers.claims.VIOLATES names them: lost-write, unseen, ...) whether the run's claims allow
@@ -110,6 +113,20 @@ class Tally:
     last_error: str | None = None
 
 
+class HuntAborted(BaseException):
+    """A simulated run raised something other than a HarnessError: a bug in the harness or
+    the simulated cluster, not a finding. It ends the search at once. A BaseException so that
+    Hypothesis passes it through: an Exception is a failing example to Hypothesis, which it
+    shrinks and replays, and a replay past the budget (not run: passing) made it a
+    FlakyFailure that named neither the error nor a way to replay it."""
+
+    def __init__(self, schedule: tuple, error: str, run_dir: Path):
+        super().__init__(error)
+        self.schedule = schedule
+        self.error = error
+        self.run_dir = run_dir  # the crashed run's directory, left in the scratch directory
+
+
 class Hunt:
     """Runs one schedule at a time as a simulated run and judges it. Results are cached by
     schedule, so Hypothesis's final replay of the minimal example never re-runs it."""
@@ -173,6 +190,7 @@ class Hunt:
         fault_ops = [FaultOp.from_json(op) for op in ops(schedule, self.spec.brokers, self.spec.time_limit_s,
                                                          self.spec.controllers)]
         run = open_run(self.spec, self.scratch)
+        keep = False
         try:
             try:
                 execute_sim(run, fault_ops, check_history=False)
@@ -181,6 +199,12 @@ class Hunt:
                 self.tally.last_error = str(exc)
                 self._say(schedule, "harness error", started, detail=str(exc))
                 return None
+            except Exception as exc:  # not a verdict: the hunt stops and keeps the run (handle)
+                self.tally.errors += 1
+                self.tally.last_error = f"{type(exc).__name__}: {exc}"
+                self._say(schedule, "CRASHED", started, detail=self.tally.last_error)
+                keep = True
+                raise HuntAborted(schedule, self.tally.last_error, run.run_dir) from exc
             finally:
                 run.close()
             checked = time.monotonic()
@@ -200,7 +224,8 @@ class Hunt:
             return result.valid
         finally:
             self.tally.example_wall_s += time.monotonic() - started
-            shutil.rmtree(run.run_dir, ignore_errors=True)
+            if not keep:
+                shutil.rmtree(run.run_dir, ignore_errors=True)
 
     def _sought(self, schedule: tuple, result: Any, started: float) -> bool | None:
         """--find's verdict of a checked run, as `valid` is read without it: False when it
@@ -398,6 +423,8 @@ def handle(args: argparse.Namespace) -> int:
           + (f"; looking for {', '.join(sorted(find))}, allowed or not" if find else ""), flush=True)
     try:
         minimal = search(hunt, strategy, seed, database, database_key(spec, kinds, args), args.max_examples)
+    except HuntAborted as crash:
+        return report_crash(args, spec, seed, kinds, crash, hunt.tally)
     except Exception as exc:
         print(f"{PROG}: harness error during the search: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_HARNESS_ERROR
@@ -433,12 +460,7 @@ def replay(args: argparse.Namespace, spec: Any, seed: int, kinds: list[str], min
     from harness.testcmd import build_spec, run_one, test_argv
     from logquake.strategies import schedule_json
 
-    hunt_dir = Path(args.results_dir) / "hunt" / time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    n = 1
-    while hunt_dir.exists():
-        n += 1
-        hunt_dir = hunt_dir.with_name(f"{hunt_dir.name.split('+')[0]}+{n}")
-    hunt_dir.mkdir(parents=True)
+    hunt_dir = _new_hunt_dir(Path(args.results_dir))
     schedule_path = hunt_dir / SCHEDULE_FILE
     schedule_path.write_text(schedule_json(minimal, spec.brokers, spec.time_limit_s, spec.controllers), encoding="utf-8")
     test_args = argparse.Namespace(**vars(args))
@@ -477,6 +499,57 @@ def replay(args: argparse.Namespace, spec: Any, seed: int, kinds: list[str], min
         print(f"{PROG}: the replay of the minimal schedule was valid: the failure did not reproduce", file=sys.stderr)
         return EXIT_UNKNOWN
     return code
+
+
+def _new_hunt_dir(results: Path) -> Path:
+    """results/hunt/<UTC time>[+n]/, made."""
+    hunt_dir = results / "hunt" / time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    n = 1
+    while hunt_dir.exists():
+        n += 1
+        hunt_dir = hunt_dir.with_name(f"{hunt_dir.name.split('+')[0]}+{n}")
+    hunt_dir.mkdir(parents=True)
+    return hunt_dir
+
+
+def report_crash(args: argparse.Namespace, spec: Any, seed: int, kinds: list[str], crash: HuntAborted,
+                 tally: Tally) -> int:
+    """A simulated run raised (HuntAborted): keep its run directory and its schedule under
+    results/hunt/<time>/, say that it is a harness error and how to replay it; exit 255."""
+    from harness.hunt_schedule import SCHEDULE_FILE
+    from harness.testcmd import test_argv
+    from logquake.strategies import schedule_json
+
+    hunt_dir = _new_hunt_dir(Path(args.results_dir))
+    schedule_text = schedule_json(crash.schedule, spec.brokers, spec.time_limit_s, spec.controllers)
+    schedule_path = hunt_dir / SCHEDULE_FILE
+    schedule_path.write_text(schedule_text, encoding="utf-8")
+    run_dir = hunt_dir / "crashed-run"
+    try:
+        shutil.move(str(crash.run_dir), run_dir)
+        (run_dir / SCHEDULE_FILE).write_text(schedule_text, encoding="utf-8")  # the directory replays alone
+    except OSError as exc:
+        print(f"{PROG}: the crashed run's directory {crash.run_dir} could not be kept: {exc}", file=sys.stderr)
+        run_dir = None
+    test_args = argparse.Namespace(**vars(args))
+    test_args.fault_schedule = str(schedule_path)
+    test_args.name = f"hunt-{args.workload}-{'-'.join(kinds)}"
+    command = shlex.join(["logquake", "test", *test_argv(test_args, seed, test_args.name)])
+    faults = "; ".join(describe_fault(f) for f in crash.schedule)
+    info = {"seed": seed, "error": crash.error, "examples": tally.examples, "faults": [f.as_json() for f in crash.schedule],
+            "run_dir": str(run_dir) if run_dir else None, "replay_command": command,
+            "first_failure_example": tally.first_failure_example,
+            "first_failure": [f.as_json() for f in tally.first_failure or ()]}
+    (hunt_dir / "hunt.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    print(f"{PROG}: harness error: simulated run #{tally.examples} raised {crash.error} with the schedule {faults}: "
+          "a bug in the harness or the simulated cluster, not a failure the checkers found", file=sys.stderr)
+    if tally.first_failure is not None:
+        print(f"{PROG}: run #{tally.first_failure_example} had failed before it "
+              f"({'; '.join(describe_fault(f) for f in tally.first_failure)}); the hunt stopped unshrunk",
+              file=sys.stderr)
+    where = f"; its run directory (harness.log has the traceback) is {run_dir}" if run_dir else ""
+    print(f"{PROG}: schedule kept in {schedule_path}{where}; replay it with: {command}", flush=True)
+    return EXIT_HARNESS_ERROR
 
 
 def _replay_anomalies(run_dir: Path | None, find: frozenset[str]) -> dict[str, bool]:

@@ -261,6 +261,26 @@ def tree_cpu_s() -> float:
     return total
 
 
+def driver_hwm_bytes() -> int:
+    """This process's own peak RSS (VmHWM): the checks' driver side, without Spark's JVM and
+    its Python workers."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def reset_driver_hwm() -> None:
+    """Start VmHWM again from the current RSS (Linux: 5 into clear_refs), so that the
+    generator's own peak is not counted as the check's."""
+    try:
+        with open("/proc/self/clear_refs", "w") as refs:
+            refs.write("5")
+    except OSError:
+        pass
+
+
 class PeakMemory:
     """Samples the RSS of this process and its children (Spark's JVM) every 100 ms."""
 
@@ -368,6 +388,7 @@ def bench_one(size: int, args: argparse.Namespace) -> int:
         print(f"generated {facts['rows']} rows ({'streaming' if stream else 'in memory'}, {args.partitions} keys) "
               f"in {time.perf_counter() - generated_at:.0f} s", file=sys.stderr, flush=True)
         small = facts["rows"] < 2_000_000
+        reset_driver_hwm()
         with PeakMemory() as spark_mem:
             start = time.perf_counter()
             spark = make_spark(spark_conf=conf, small=small)
@@ -389,7 +410,10 @@ def bench_one(size: int, args: argparse.Namespace) -> int:
             jobs = sorted(set(tracker.getJobIdsForGroup(None)) - jobs_before)
             stages = sum(len(info.stageIds) for info in map(tracker.getJobInfo, jobs) if info is not None)
             load = os.getloadavg()[0]
+            driver_peak = driver_hwm_bytes()
             spark.stop()
+        print(f"driver peak (VmHWM of this process, from the session's start) {driver_peak / 2**20:.0f} MB",
+              file=sys.stderr, flush=True)
         if args.no_duckdb:
             duck_s, duck_cpu_s, duck_counts, duck_peak = float("nan"), float("nan"), {}, 0
         else:

@@ -34,12 +34,14 @@ G1c-realtime by whether it has a wr edge.
 
 from __future__ import annotations
 
+from array import array
 from collections import defaultdict
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
 import networkx as nx
+import numpy as np
 
 MAX_CYCLE_SEARCHES_PER_SCC = 64
 
@@ -58,27 +60,144 @@ class CycleReport:
     edges: int = 0
 
 
-def realtime_edges(vertices: dict[int, tuple[int, str]]) -> list[tuple[int, int]]:
-    """Elle's transitively reduced realtime order among `vertices` (op → (invoke index, type)):
-    A → B when A completed (its op index) before B was invoked. A completed op stays on the
-    frontier until some later op it precedes completes, which then covers it."""
-    events: list[tuple[int, int, int]] = []  # (history index, 0 = completion / 1 = invocation, op)
-    for op, (invoke_index, typ) in vertices.items():
-        events.append((invoke_index, 1, op))
-        if typ == "ok":  # as in Elle: an info op never completes, a failed one did not happen
-            events.append((op, 0, op))
-    events.sort()
+RELS = ("ww", "wr")  # the data relations an Edges row can carry, by its `rel` code
+
+
+@dataclass
+class Edges:
+    """A run's dependency edges and their vertices as columns. At 10^9 history rows a run has
+    millions of edges: as Python tuples, dicts and a networkx graph they cost ~2.8 KB each on
+    the driver (10^7 bench, 50k edges: +138 MB), which ran the 10^9 check out of memory; as
+    columns ~60 bytes. Only the edges inside strongly connected components become Python
+    objects (`search`)."""
+
+    src: np.ndarray  # op indices (int64)
+    dst: np.ndarray
+    rel: np.ndarray  # int8 codes into RELS
+    key: np.ndarray  # the key and value that make the edge (any dtype: only read for a cycle's steps)
+    value: np.ndarray
+    vertex_op: np.ndarray  # every vertex's op index, sorted, unique
+    vertex_invoke: np.ndarray  # its invocation's history index
+    vertex_ok: np.ndarray  # whether it completed ok (only ok ops precede anything in real time)
+
+    @classmethod
+    def from_lists(cls, edges: list[tuple], vertices: dict[int, tuple[int, str]]) -> "Edges":
+        """From edges [(src, dst, rel, key, value)] and vertices {op: (invoke index, type)}."""
+        unknown = {e[2] for e in edges} - set(RELS)
+        if unknown:
+            raise ValueError(f"dependency edges with relations {sorted(unknown)}: only {RELS} are built")
+        ops = np.array(sorted(vertices), np.int64)
+        return cls.checked(
+            src=np.array([e[0] for e in edges], np.int64), dst=np.array([e[1] for e in edges], np.int64),
+            rel=np.array([RELS.index(e[2]) for e in edges], np.int8),
+            key=_column([e[3] for e in edges]), value=_column([e[4] for e in edges]),
+            vertex_op=ops, vertex_invoke=np.array([vertices[op][0] for op in ops.tolist()], np.int64),
+            vertex_ok=np.array([vertices[op][1] == "ok" for op in ops.tolist()], bool))
+
+    @classmethod
+    def checked(cls, **columns: np.ndarray) -> "Edges":
+        out = cls(**columns)
+        for end in (out.src, out.dst):
+            at = np.minimum(np.searchsorted(out.vertex_op, end), max(len(out.vertex_op) - 1, 0))
+            if len(end) and (len(out.vertex_op) == 0 or (out.vertex_op[at] != end).any()):
+                raise ValueError("a dependency edge ends at an op that is not among the graph's vertices")
+        return out
+
+
+def _column(values: list[Any]) -> np.ndarray:
+    if all(type(x) is int for x in values):
+        return np.array(values, np.int64)
+    out = np.empty(len(values), object)
+    out[:] = values
+    return out
+
+
+def realtime_edges(invoke: np.ndarray, completion: np.ndarray, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Elle's transitively reduced realtime order among vertices 0..n-1 (their invocation's
+    and completion's history indices, whether they completed ok), as (sources, targets):
+    A → B when A completed ok before B was invoked. A completed op stays on the frontier
+    until some later op it precedes completes, which then covers it. Arrays throughout: a
+    history of 10^9 rows has millions of vertices."""
+    n = len(invoke)
+    vertex = np.arange(n, dtype=np.int64)
+    ok_vertex = vertex[ok]  # as in Elle: an info op never completes, a failed one did not happen
+    at = np.concatenate([invoke, completion[ok]])
+    kind = np.concatenate([np.ones(n, np.int8), np.zeros(len(ok_vertex), np.int8)])  # 0 = completion
+    who = np.concatenate([vertex, ok_vertex])
+    order = np.lexsort((who, kind, at))
+    kind, who = kind[order], who[order]
+    del at, order
+    sources, targets = array("q"), array("q")
+    first, last = array("q", bytes(8 * n)), array("q", bytes(8 * n))  # each vertex's edges in
     frontier: set[int] = set()
-    preceded_by: dict[int, list[int]] = {}
-    edges: list[tuple[int, int]] = []
-    for _, kind, op in events:
-        if kind == 1:
-            preceded_by[op] = list(frontier)
-            edges.extend((a, op) for a in frontier)
-        else:
-            frontier.difference_update(preceded_by.get(op, ()))
-            frontier.add(op)
-    return edges
+    for chunk in range(0, len(kind), 1 << 20):  # Python ints a chunk at a time
+        for k, v in zip(kind[chunk:chunk + (1 << 20)].tolist(), who[chunk:chunk + (1 << 20)].tolist()):
+            if k:
+                first[v] = len(sources)
+                for a in frontier:
+                    sources.append(a)
+                    targets.append(v)
+                last[v] = len(sources)
+            else:
+                frontier.difference_update(sources[first[v]:last[v]])
+                frontier.add(v)
+    return np.frombuffer(sources, np.int64).copy(), np.frombuffer(targets, np.int64).copy()
+
+
+def strong_components(n: int, sources: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """Each of the vertices 0..n-1's strongly connected component, as a label (Tarjan's
+    algorithm, iterative, over a compressed adjacency in arrays: a networkx graph of the
+    whole run took ~2.8 KB per edge on the driver)."""
+    order = np.argsort(sources, kind="stable")
+    indptr = array("q", np.concatenate([[0], np.cumsum(np.bincount(sources, minlength=n))]).astype(np.int64).tobytes())
+    succ = array("q", targets[order].astype(np.int64).tobytes())
+    del order
+    index, low, label = array("q", [-1]) * n, array("q", bytes(8 * n)), array("q", [-1]) * n
+    on_stack = bytearray(n)
+    stack: list[int] = []
+    counter = components = 0
+    for root in range(n):
+        if index[root] != -1:
+            continue
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack[root] = 1
+        work = [(root, indptr[root])]
+        while work:
+            v, i = work[-1]
+            end = indptr[v + 1]
+            descended = False
+            while i < end:
+                w = succ[i]
+                i += 1
+                if index[w] == -1:
+                    work[-1] = (v, i)
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on_stack[w] = 1
+                    work.append((w, indptr[w]))
+                    descended = True
+                    break
+                if on_stack[w] and index[w] < low[v]:
+                    low[v] = index[w]
+            if descended:
+                continue
+            work.pop()
+            if work:
+                u = work[-1][0]
+                if low[v] < low[u]:
+                    low[u] = low[v]
+            if low[v] == index[v]:
+                while True:
+                    w = stack.pop()
+                    on_stack[w] = 0
+                    label[w] = components
+                    if w == v:
+                        break
+                components += 1
+    return np.frombuffer(label, np.int64).copy()
 
 
 def _shortest_cycle_through(graph: nx.DiGraph, edges: list[tuple[int, int]],
@@ -134,33 +253,69 @@ def _distance(successors: list[list[int]], source: int, target: int, limit: int 
     return None
 
 
-def search(edges: list[tuple], vertices: dict[int, tuple[int, str]], *, ww_deps: bool = True,
-           realtime: bool = True) -> CycleReport:
-    facts: dict[tuple[int, int], dict[str, tuple[int, int]]] = defaultdict(dict)
+def search(edges: "list[tuple] | Edges", vertices: dict[int, tuple[int, str]] | None = None, *,
+           ww_deps: bool = True, realtime: bool = True) -> CycleReport:
+    """The cycles of a run's dependency graph: `edges` as Edges, or as [(src, dst, rel, key,
+    value)] with `vertices` {op: (invoke index, type)}.
+
+    The whole graph (data edges and realtime order) is held as arrays, its strongly connected
+    components found there, and only the components of two or more vertices become networkx
+    graphs: a vertex outside them is on no cycle, and at 10^9 history rows they are most of
+    the graph."""
+    g = edges if isinstance(edges, Edges) else Edges.from_lists(edges, vertices or {})
+    n = len(g.vertex_op)
+    use = np.flatnonzero(g.rel != RELS.index("ww")) if not ww_deps else np.arange(len(g.src))
+    src, dst = np.searchsorted(g.vertex_op, g.src[use]), np.searchsorted(g.vertex_op, g.dst[use])
+    if realtime:
+        rt_src, rt_dst = realtime_edges(g.vertex_invoke, g.vertex_op, g.vertex_ok)
+    else:
+        rt_src, rt_dst = np.zeros(0, np.int64), np.zeros(0, np.int64)
+    all_src, all_dst = np.concatenate([src, rt_src]), np.concatenate([dst, rt_dst])
+    report = CycleReport(vertices=int(len(np.unique(np.concatenate([all_src, all_dst])))),
+                         edges=int(len(np.unique(all_src * max(n, 1) + all_dst))))
+    if n == 0:
+        return report
+    label = strong_components(n, all_src, all_dst)
+    del all_src, all_dst
+    on_cycle = np.bincount(label)[label] >= 2
+
+    def inside(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return on_cycle[a] & (label[a] == label[b])
+
+    kept = np.flatnonzero(inside(src, dst))
+    rt_kept = np.flatnonzero(inside(rt_src, rt_dst))
+    ops = g.vertex_op
+    facts: dict[tuple[int, int], dict[str, tuple[Any, Any]]] = defaultdict(dict)
+    rows = use[kept]
+    data = zip(ops[src[kept]].tolist(), ops[dst[kept]].tolist(), [RELS[r] for r in g.rel[rows].tolist()],
+               g.key[rows].tolist(), g.value[rows].tolist())
     # Sorted, so the cycle reported does not depend on the order Spark returned the edges in.
-    for src, dst, rel, key, value in sorted(edges, key=lambda e: (e[0], e[1], e[2], e[3], e[4])):
-        if rel == "ww" and not ww_deps:
-            continue
-        facts[(src, dst)].setdefault(rel, (key, value))
-    rt = realtime_edges(vertices) if realtime else []
-    for a, b in rt:
+    for a, b, rel, key, value in sorted(data, key=lambda e: (e[0], e[1], e[2], e[3], e[4])):
+        facts[(a, b)].setdefault(rel, (key, value))
+    for a, b in zip(ops[rt_src[rt_kept]].tolist(), ops[rt_dst[rt_kept]].tolist()):
         facts[(a, b)].setdefault("rt", (None, None))
     # Each edge's relations in a dict of their own, not as networkx edge data: a graph of
     # plain edges builds in half the time (10^7 bench: 110k edges), and the filters below
     # read the dict.
     rels = {pair: frozenset(found) for pair, found in facts.items()}
-    graph = nx.DiGraph()
-    graph.add_edges_from(rels)
-    report = CycleReport(vertices=graph.number_of_nodes(), edges=graph.number_of_edges())
-    for scc in nx.strongly_connected_components(graph):
-        if len(scc) < 2:
-            continue
-        sub = graph.subgraph(scc)
-        # The component's edges with their relations, by integer index, for the distances.
-        index = {node: i for i, node in enumerate(scc)}
+    label_of = dict(zip(ops[on_cycle].tolist(), label[on_cycle].tolist()))
+    members: dict[int, list[int]] = defaultdict(list)
+    for op, found in label_of.items():  # ops ascending: each component's nodes in op order
+        members[found].append(op)
+    pairs_of: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for pair in sorted(rels):
+        pairs_of[label_of[pair[0]]].append(pair)
+    # Each component its own graph, its nodes and edges in op order: the edges searched first
+    # (the first MAX_CYCLE_SEARCHES_PER_SCC) depend on neither Spark's order nor the rest of
+    # the graph.
+    for component in sorted(members, key=lambda c: members[c][0]):
+        sub = nx.DiGraph()
+        sub.add_nodes_from(members[component])
+        sub.add_edges_from(pairs_of[component])
+        index = {node: i for i, node in enumerate(members[component])}
         out: list[list[tuple[int, frozenset[str]]]] = [[] for _ in index]
-        for a in scc:
-            out[index[a]] = [(index[b], rels[(a, b)]) for b in graph.succ[a] if b in index]
+        for a in index:
+            out[index[a]] = [(index[b], rels[(a, b)]) for b in sub.succ[a]]
 
         def only(allowed: set[str]) -> tuple[nx.DiGraph, tuple[dict[Any, int], list[list[int]]]]:
             view = nx.subgraph_view(sub, filter_edge=lambda a, b: bool(rels[(a, b)] & allowed))

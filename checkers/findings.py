@@ -9,8 +9,9 @@ from typing import Any
 
 from checkers.result import CheckerError, Witness
 
-# run → (edges [(src, dst, rel, key, value)], vertices {op: (invoke_index, type)})
-Graph = tuple[list[tuple], dict[int, tuple[int, str]]]
+# run → (edges [(src, dst, rel, key, value)], vertices {op: (invoke_index, type)}), or the
+# same as columns (checkers.cycles.Edges, what the fused pass collects)
+Graph = Any
 
 
 def new_stats() -> dict[str, Any]:

@@ -18,12 +18,13 @@ import json
 from collections import defaultdict
 from typing import Callable, Iterator
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from checkers import perkey, prepass
+from checkers import cycles, perkey, prepass
 from checkers.findings import Findings
 from checkers.frames import RUN, bucketed_files, map_files, read_file
 from checkers.result import CheckerError, Witness
@@ -153,17 +154,34 @@ def findings(history: DataFrame, checks: dict[str, CheckFn] | None = None) -> Fi
 
 
 def _add_edges(out: Findings, edges: pa.Table) -> None:
-    """The edge rows into `out.graphs`, as `merge` adds them one by one."""
-    columns = [edges.column(name).to_pylist() for name in
-               ("run", "src", "dst", "rel", "key", "value", "src_invoke", "src_type", "dst_invoke", "dst_type")]
-    graphs = out.graphs
-    for run, src, dst, rel, key, value, src_invoke, src_type, dst_invoke, dst_type in zip(*columns):
-        found = graphs.get(run)
-        if found is None:
-            found = graphs[run] = ([], {})
-        found[0].append((src, dst, rel, key, value))
-        found[1][src] = (src_invoke, src_type)
-        found[1][dst] = (dst_invoke, dst_type)
+    """The edge rows into `out.graphs`, one cycles.Edges of columns per run: a run of 10^9
+    history rows has millions of edges, too many for Python tuples on the driver."""
+    if edges.num_rows == 0:
+        return
+    runs = pc.dictionary_encode(edges.column("run")).combine_chunks()
+    codes = runs.indices.to_numpy(zero_copy_only=False)
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(len(runs.dictionary) + 1))
+
+    def numbers(name: str, rows: np.ndarray) -> np.ndarray:
+        return edges.column(name).take(pa.array(rows)).to_numpy(zero_copy_only=False).astype(np.int64)
+
+    for i, run in enumerate(runs.dictionary.to_pylist()):
+        rows = order[bounds[i]:bounds[i + 1]]
+        rel = edges.column("rel").take(pa.array(rows))
+        unknown = set(pc.unique(rel).to_pylist()) - set(cycles.RELS)
+        if unknown:
+            raise ValueError(f"dependency edges with relations {sorted(unknown)}: only {cycles.RELS} are built")
+        ends = np.concatenate([numbers("src", rows), numbers("dst", rows)])
+        invoke = np.concatenate([numbers("src_invoke", rows), numbers("dst_invoke", rows)])
+        ok = np.concatenate([pc.equal(edges.column(name).take(pa.array(rows)), "ok").to_numpy(zero_copy_only=False)
+                             for name in ("src_type", "dst_type")]).astype(bool)
+        vertex_op, first = np.unique(ends, return_index=True)
+        out.graphs[run] = cycles.Edges.checked(
+            src=ends[:len(rows)], dst=ends[len(rows):],
+            rel=pc.equal(rel, "wr").to_numpy(zero_copy_only=False).astype(np.int8),  # RELS: ww 0, wr 1
+            key=numbers("key", rows), value=numbers("value", rows),
+            vertex_op=vertex_op, vertex_invoke=invoke[first], vertex_ok=ok[first])
 
 
 def merge(rows: list[dict]) -> Findings:

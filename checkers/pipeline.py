@@ -99,8 +99,11 @@ def _results(findings: Findings, inputs: ClaimInputs | Mapping[str, ClaimInputs]
         found: dict[str, tuple[int, list[Witness]]] = dict(findings.found.get(run, {}))
         if not any(e.checker == "cycles" for e in errors):
             try:
-                edges, vertices = findings.graphs.get(run, ([], {}))
-                report = cycles.search(edges, vertices, ww_deps=run_inputs.ww_deps, realtime=realtime)
+                graph = findings.graphs.get(run, ([], {}))
+                if isinstance(graph, cycles.Edges):  # the fused pass's columns
+                    report = cycles.search(graph, ww_deps=run_inputs.ww_deps, realtime=realtime)
+                else:
+                    report = cycles.search(*graph, ww_deps=run_inputs.ww_deps, realtime=realtime)
                 stats[run]["graph_vertices"] = report.vertices
                 stats[run]["graph_edges"] = report.edges
                 per_type: dict[str, list[cycles.Cycle]] = defaultdict(list)

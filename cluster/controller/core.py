@@ -144,6 +144,11 @@ class Controller:
         # Told (offset, quorum epoch, record value) of every committed record as it is
         # applied: the runtime's journal for the checks after a run (quorum_journal.py).
         self.on_committed: Callable[[int, int, bytes], None] | None = None
+        # The runtime's way to end the process when committed metadata cannot be applied
+        # (Kafka's QuorumController hands a replay error to its fatal fault handler, which
+        # halts the process); None: the core only goes silent.
+        self.on_fatal: Callable[[str], None] | None = None
+        self.halted: str | None = None  # why this node halted on a fatal fault, once it has
         self._last_heartbeat_ns: dict[int, int] = {}
         self._waiters: list[_MetadataWaiter] = []
         # Brokers being unfenced by the batch under construction (usable for its elections).
@@ -227,14 +232,50 @@ class Controller:
     # ---- the quorum's listener (cluster.quorum.api.QuorumListener) --------------------------
 
     def on_commit(self, base_offset: int, records: list[bytes], epoch: int) -> None:
+        if self.halted is not None:
+            return  # the process is ending: it applies nothing more
         for i, value in enumerate(records):
             offset = base_offset + i
-            self.committed_image.apply(decode_record(value, f"at offset {offset} of the metadata quorum"), offset)
+            try:
+                self.committed_image.apply(decode_record(value, f"at offset {offset} of the metadata quorum"), offset)
+            except ValueError as error:
+                # A committed record this node's image cannot take (e.g. a partition of a topic
+                # its diverged log never created, under controller.quorum.vote.skip.log.check):
+                # its state would no longer be the log's, so it halts, as Kafka's controller
+                # does on a replay error. The record was committed all the same: journaled.
+                if self.on_committed is not None:
+                    self.on_committed(offset, epoch, value)
+                self._fatal(f"committed metadata at offset {offset} (epoch {epoch}) cannot be applied: {error}")
+                return
             if self.on_committed is not None:
                 self.on_committed(offset, epoch, value)
         self._wake_waiters()
 
+    def _fatal(self, reason: str) -> None:
+        """Stop at once, as Kafka's ProcessTerminatingFaultHandler: no graceful resignation
+        (a halted process sends nothing more; the other voters time out its leadership), no
+        answer to what is held; then the runtime ends the process."""
+        if self.halted is not None:
+            return
+        self.halted = reason
+        self._running = False
+        self._active = False
+        self.epoch = -1
+        if self._session_timer is not None:
+            self._session_timer.cancel()
+            self._session_timer = None
+        self._barriers.clear()
+        for waiter in self._waiters:
+            if waiter.timer is not None:
+                waiter.timer.cancel()
+        self._waiters.clear()
+        log.error("controller %d halted: %s", self.config.node_id, reason)
+        if self.on_fatal is not None:
+            self.on_fatal(reason)
+
     def on_become_leader(self, epoch: int) -> None:
+        if self.halted is not None:
+            return
         self.epoch = epoch
         self.image = copy_image(self.committed_image)
         self._appended_end = self._committed_end = self.committed_image.next_offset
@@ -264,6 +305,10 @@ class Controller:
         log.info("controller %d loaded the metadata snapshot ending at %d", self.config.node_id, end_offset)
 
     def handle(self, request: Request, client: ClientInfo, reply: Reply) -> None:
+        if self.halted is not None:
+            # Only until the runtime ends the process: neither the quorum nor the controller answers.
+            reply(Response(None, close_connection=True, close_reason=f"controller {self.config.node_id} halted"))
+            return
         handler = self._handlers.get(request.api_key)
         if self.quorum is not None and (handler is None or self._is_voter_fetch(request)):
             if self.quorum.handle(request, client, reply):

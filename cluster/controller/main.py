@@ -7,7 +7,8 @@ log with the others; alone it is a quorum of one. It decides only while it leads
 journals what it saw for the checks after a run (quorum_journal.py). It listens and writes
 the ready file (JSON host, port, pid) once it serves.
 SIGTERM and SIGINT close it cleanly; SIGKILL loses nothing, because every decision is
-fsynced before it is acted on.
+fsynced before it is acted on. Committed metadata it cannot apply halts it at once with
+status 3 (runtime/controller_halt.py), as Kafka's controller halts on a replay error.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from cluster.controller.config import ControllerConfig
 from cluster.controller.core import Controller
 from cluster.controller.quorum_journal import JournalFile
 from cluster.controller.quorum_node import quorum_versions, raft_factory
+from cluster.runtime import controller_halt
 from cluster.runtime.adapters import AsyncioScheduler, SystemClock
 from cluster.runtime.broker_main import _setup_logging, _write_ready_file
 from cluster.runtime.connection import BrokerConnection
@@ -80,6 +82,7 @@ async def serve(config: ControllerConfig, seed: int, ready_file: str | None) -> 
                            lambda t: journal.role(t.epoch, t.role, t.leader_id))
     controller = Controller(config, disk, clock, scheduler, rng, factory, quorum_versions())
     controller.on_committed = journal.commit
+    controller.on_fatal = controller_halt.halt  # committed metadata it cannot apply: exit at once
     controller.start()
     await server.start_serving()
     stop = asyncio.Event()

@@ -37,6 +37,7 @@ import uuid
 from cluster.broker.broker import Broker
 from cluster.broker.env import Endpoint
 from cluster.config import BrokerConfig, parse_assignments
+from cluster.runtime import controller_halt
 from cluster.runtime.adapters import AsyncioScheduler, SystemClock
 from cluster.runtime.connection import BrokerConnection
 from cluster.runtime.disk_faults import DiskFaultCommands, sleep_ms
@@ -96,6 +97,7 @@ async def _combined_controller(config: BrokerConfig, loop: asyncio.AbstractEvent
     outbound = AsyncioOutbound(loop, config.host, f"controller-{config.broker_id}")
     factory = raft_factory(controller_config, disk, clock, scheduler, random.Random(rng.getrandbits(64)), outbound)
     controller = Controller(controller_config, disk, clock, scheduler, rng, factory, quorum_versions())
+    controller.on_fatal = controller_halt.halt  # committed metadata it cannot apply: the whole process exits
     controller.start()
     await server.start_serving()
     log.info("combined mode: controller %d on %s:%d", config.broker_id, config.host, port)

@@ -98,6 +98,7 @@ class _ControllerSlot:
     scheduler: NodeScheduler | None = None
     outbound: VirtualOutbound | None = None
     journal: ControllerJournal | None = None  # over every incarnation, for the checks
+    halts: list[str] = field(default_factory=list)  # why each incarnation halted (committed metadata it could not apply)
 
     @property
     def host(self) -> str:
@@ -219,8 +220,28 @@ class SimCluster:
         factory = raft_factory(config, slot.disk, slot.clock, slot.scheduler, random.Random(rng.getrandbits(64)), slot.outbound, observe)
         slot.controller = Controller(config, slot.disk, slot.clock, slot.scheduler, rng, factory, quorum_versions())
         slot.controller.on_committed = lambda offset, epoch, value: journal.commit(offset, epoch, value)
+        controller = slot.controller
+        slot.controller.on_fatal = lambda reason: self._controller_halted(node_id, controller, reason)
         slot.controller.start()
         return slot.controller
+
+    def controller_halts(self, node_id: int) -> list[str]:
+        """Why each incarnation of controller `node_id` halted on a fatal fault, in order."""
+        return list(self._controller_slot(node_id).halts)
+
+    def _controller_halted(self, node_id: int, controller: Controller, reason: str) -> None:
+        """The controller core met a fatal fault (committed metadata it cannot apply): its
+        process ends, as under Kafka's ProcessTerminatingFaultHandler. In an event of its own,
+        not inside the quorum's delivery that raised it; at once in simulated time, so no
+        message reaches the halted node first."""
+        slot = self._controller_slot(node_id)
+        slot.halts.append(reason)
+
+        def end_process() -> None:
+            if slot.controller is controller:
+                self.kill_controller(node_id)
+
+        self.scheduler.call_later(0, end_process)
 
     def kill_controller(self, node_id: int | None = None, lose_unflushed: bool = False) -> int:
         """SIGKILL controller `node_id` (default: the active one, else the first running);

@@ -13,7 +13,7 @@ from cluster.quorum.log import LOG_DIR_NAME
 from cluster.storage.config import LogConfig
 from cluster.storage.log import PartitionLog
 from cluster.metadata.image import MetadataImage
-from cluster.metadata.records import MetadataRecordError, RemoveTopicRecord, encode_record
+from cluster.metadata.records import RemoveTopicRecord, encode_record
 from cluster.protocol.records import Record, build_batch
 from tests.cluster.controller.driver import DATA_DIR, SESSION_TIMEOUT_MS, ControllerDriver
 
@@ -87,7 +87,7 @@ def test_torn_tail_is_cut_on_start(controller: ControllerDriver) -> None:
     assert controller.controller.image.topic("u") is not None
 
 
-def test_corrupt_record_stops_the_start_naming_its_offset(controller: ControllerDriver) -> None:
+def test_corrupt_record_halts_the_restarted_controller_naming_its_offset(controller: ControllerDriver) -> None:
     controller.start_brokers([0])
     epoch = controller.controller.epoch
     controller.controller.shutdown()
@@ -99,8 +99,27 @@ def test_corrupt_record_stops_the_start_naming_its_offset(controller: Controller
                            partition_leader_epoch=epoch), now_ms=0)
     log.flush()
     log.close()
-    with pytest.raises(MetadataRecordError, match=f"offset {bad_offset}\\b"):
-        controller.restart(crash=True)
+    # Replaying it is a fatal fault (as in Kafka's controller): the restarted controller halts
+    # through its runtime hook instead of leading with an image that is not its log's.
+    from cluster.controller.core import Controller
+    from cluster.controller.quorum_node import quorum_versions, raft_factory
+    from tests.cluster.controller.driver import IncarnationScheduler, NoPeers
+
+    controller.disk.crash()
+    assert controller._node is not None
+    controller._node.alive = False
+    node = IncarnationScheduler(controller.scheduler)
+    config = controller.controller.config
+    rng = random.Random(controller.seed + 1)
+    factory = raft_factory(config, controller.disk, controller.clock, node, random.Random(rng.getrandbits(64)), NoPeers())
+    restarted = Controller(config, controller.disk, controller.clock, node, rng, factory, quorum_versions())
+    halts: list[str] = []
+    restarted.on_fatal = halts.append
+    restarted.start()
+    controller.run_until(lambda: bool(halts), 5_000, "the restarted controller halting")
+    (reason,) = halts
+    assert reason.startswith(f"committed metadata at offset {bad_offset} ") and "no-such-record" in reason
+    assert restarted.halted == reason and not restarted.is_active
 
 
 def test_producer_id_blocks_are_disjoint_across_restarts(controller: ControllerDriver) -> None:

@@ -1,6 +1,7 @@
-"""G0, G1c and their -realtime variants: strongly connected components and cycle search with
-networkx on the driver, over the dependency edges the per-key pass (perkey.edges) found and
-pruned as stated here.
+"""G0, G1c and their -realtime variants: strongly connected components and cycle search on
+the driver, over the dependency edges the per-key pass (perkey.edges) found and pruned as
+stated here. The graph stays in numpy arrays (a 10^9-row history has millions of edges: as
+networkx graph and dicts they took ~2.8 KB each and ran the driver out of memory).
 
 Vertices are completed send/poll/txn ops (ok, info and fail, as in Jepsen). Edges:
   ww  writer of the value just before v in the version order → writer of v (if ww_deps)
@@ -37,10 +38,8 @@ from __future__ import annotations
 from array import array
 from collections import defaultdict
 from dataclasses import dataclass, field
-from itertools import islice
 from typing import Any
 
-import networkx as nx
 import numpy as np
 
 MAX_CYCLE_SEARCHES_PER_SCC = 64
@@ -67,9 +66,8 @@ RELS = ("ww", "wr")  # the data relations an Edges row can carry, by its `rel` c
 class Edges:
     """A run's dependency edges and their vertices as columns. At 10^9 history rows a run has
     millions of edges: as Python tuples, dicts and a networkx graph they cost ~2.8 KB each on
-    the driver (10^7 bench, 50k edges: +138 MB), which ran the 10^9 check out of memory; as
-    columns ~60 bytes. Only the edges inside strongly connected components become Python
-    objects (`search`)."""
+    the driver (10^8 bench, 501k edges: +1.39 GB), which ran the 10^9 check out of memory;
+    as columns ~60 bytes."""
 
     src: np.ndarray  # op indices (int64)
     dst: np.ndarray
@@ -200,35 +198,68 @@ def strong_components(n: int, sources: np.ndarray, targets: np.ndarray) -> np.nd
     return np.frombuffer(label, np.int64).copy()
 
 
-def _shortest_cycle_through(graph: nx.DiGraph, edges: list[tuple[int, int]],
-                            adjacency: tuple[dict[Any, int], list[list[int]]] | None = None) -> list[int] | None:
-    """The shortest cycle u → v ⇝ u over the first MAX_CYCLE_SEARCHES_PER_SCC edges (u, v), the
-    first such edge on a tie. The distances come from plain breadth-first searches over integer
-    adjacency lists (networkx's search, run on a filtered view for each edge, took 3.4 s of the
-    10^7 bench history's 5 s cycle search); networkx then finds the path for the chosen edge
-    only, so the cycle reported is the one its search gives. `adjacency`: the graph's nodes'
-    indices and their successors' indices, when the caller has them (any order: distances do
-    not depend on it)."""
-    candidates = edges[:MAX_CYCLE_SEARCHES_PER_SCC]
-    if not candidates:
-        return None
-    if adjacency is None:
-        index = {node: i for i, node in enumerate(graph)}
-        successors: list[list[int]] = [[] for _ in index]
-        for node, nbrs in graph.adjacency():
-            successors[index[node]] = [index[nbr] for nbr in nbrs]
-    else:
-        index, successors = adjacency
-    best: tuple[int, int, int] | None = None  # (distance v ⇝ u, u, v)
-    for u, v in candidates:
+def _best_edge(successors: Any, candidates: list[tuple[int, int]]) -> int | None:
+    """The position among `candidates` (u, v) of the first one with the shortest way v ⇝ u."""
+    best: tuple[int, int] | None = None  # (distance v ⇝ u, position)
+    for i, (u, v) in enumerate(candidates):
         limit = None if best is None else best[0] - 1  # only a strictly shorter one can win
-        found = _distance(successors, index[v], index[u], limit)
+        found = _distance(successors, v, u, limit)
         if found is not None and (best is None or found < best[0]):
-            best = (found, u, v)
+            best = (found, i)
+    return None if best is None else best[1]
+
+
+def shortest_cycle(successors: Any, candidates: list[tuple[int, int]]) -> list[int] | None:
+    """The shortest cycle u → v ⇝ u over the first MAX_CYCLE_SEARCHES_PER_SCC edges (u, v) of
+    a graph of integer vertices (`successors[node]`: its successors), the first such edge on a
+    tie, as [u, v, ..., u]; the way v ⇝ u is the breadth-first one that takes each vertex's
+    successors in their order. No networkx graph: a component of a 10^9-row history has
+    millions of vertices (~2.4 KB each as networkx graph and dicts)."""
+    candidates = candidates[:MAX_CYCLE_SEARCHES_PER_SCC]
+    best = _best_edge(successors, candidates)
     if best is None:
         return None
-    _, u, v = best
-    return [u] + nx.shortest_path(graph, v, u)
+    u, v = candidates[best]
+    return [u] + _path(successors, v, u)
+
+
+def _path(successors: Any, source: int, target: int) -> list[int]:
+    """A shortest path source ⇝ target (there is one), breadth first."""
+    if source == target:
+        return [source]
+    parent = array("q", [-1]) * len(successors)
+    parent[source] = source
+    frontier = [source]
+    while frontier:
+        following = []
+        for node in frontier:
+            for nbr in successors[node]:
+                if parent[nbr] == -1:
+                    parent[nbr] = node
+                    if nbr == target:
+                        path = [nbr]
+                        while path[-1] != source:
+                            path.append(parent[path[-1]])
+                        return path[::-1]
+                    following.append(nbr)
+        frontier = following
+    raise ValueError(f"no path {source} ⇝ {target}")
+
+
+class _Csr:
+    """Successor lists in two arrays (compressed rows): successors[node] is a slice."""
+
+    def __init__(self, n: int, sources: np.ndarray, targets: np.ndarray) -> None:
+        """`sources` sorted; `targets` in the order each source's successors are taken."""
+        self.indptr = array("q", np.concatenate([[0], np.cumsum(np.bincount(sources, minlength=n))]).astype(np.int64).tobytes())
+        self.targets = array("q", np.asarray(targets, np.int64).tobytes())
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, node: int) -> array:
+        return self.targets[self.indptr[node]:self.indptr[node + 1]]
 
 
 def _distance(successors: list[list[int]], source: int, target: int, limit: int | None) -> int | None:
@@ -258,10 +289,11 @@ def search(edges: "list[tuple] | Edges", vertices: dict[int, tuple[int, str]] | 
     """The cycles of a run's dependency graph: `edges` as Edges, or as [(src, dst, rel, key,
     value)] with `vertices` {op: (invoke index, type)}.
 
-    The whole graph (data edges and realtime order) is held as arrays, its strongly connected
-    components found there, and only the components of two or more vertices become networkx
-    graphs: a vertex outside them is on no cycle, and at 10^9 history rows they are most of
-    the graph."""
+    The whole graph (data edges and realtime order) is held as arrays and its strongly
+    connected components found there; each component of two or more vertices is searched
+    over arrays of its own, its vertices and edges in op order (so the edges searched first
+    depend neither on Spark's order nor on the rest of the graph). Python objects are made
+    only for the cycles reported."""
     g = edges if isinstance(edges, Edges) else Edges.from_lists(edges, vertices or {})
     n = len(g.vertex_op)
     use = np.flatnonzero(g.rel != RELS.index("ww")) if not ww_deps else np.arange(len(g.src))
@@ -284,79 +316,83 @@ def search(edges: "list[tuple] | Edges", vertices: dict[int, tuple[int, str]] | 
 
     kept = np.flatnonzero(inside(src, dst))
     rt_kept = np.flatnonzero(inside(rt_src, rt_dst))
-    ops = g.vertex_op
-    facts: dict[tuple[int, int], dict[str, tuple[Any, Any]]] = defaultdict(dict)
-    rows = use[kept]
-    data = zip(ops[src[kept]].tolist(), ops[dst[kept]].tolist(), [RELS[r] for r in g.rel[rows].tolist()],
-               g.key[rows].tolist(), g.value[rows].tolist())
-    # Sorted, so the cycle reported does not depend on the order Spark returned the edges in.
-    for a, b, rel, key, value in sorted(data, key=lambda e: (e[0], e[1], e[2], e[3], e[4])):
-        facts[(a, b)].setdefault(rel, (key, value))
-    for a, b in zip(ops[rt_src[rt_kept]].tolist(), ops[rt_dst[rt_kept]].tolist()):
-        facts[(a, b)].setdefault("rt", (None, None))
-    # Each edge's relations in a dict of their own, not as networkx edge data: a graph of
-    # plain edges builds in half the time (10^7 bench: 110k edges), and the filters below
-    # read the dict.
-    rels = {pair: frozenset(found) for pair, found in facts.items()}
-    label_of = dict(zip(ops[on_cycle].tolist(), label[on_cycle].tolist()))
-    members: dict[int, list[int]] = defaultdict(list)
-    for op, found in label_of.items():  # ops ascending: each component's nodes in op order
-        members[found].append(op)
-    pairs_of: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    for pair in sorted(rels):
-        pairs_of[label_of[pair[0]]].append(pair)
-    # Each component its own graph, its nodes and edges in op order: the edges searched first
-    # (the first MAX_CYCLE_SEARCHES_PER_SCC) depend on neither Spark's order nor the rest of
-    # the graph.
-    for component in sorted(members, key=lambda c: members[c][0]):
-        sub = nx.DiGraph()
-        sub.add_nodes_from(members[component])
-        sub.add_edges_from(pairs_of[component])
-        index = {node: i for i, node in enumerate(members[component])}
-        out: list[list[tuple[int, frozenset[str]]]] = [[] for _ in index]
-        for a in index:
-            out[index[a]] = [(index[b], rels[(a, b)]) for b in sub.succ[a]]
+    # The edges inside components, one per vertex pair with its relations as bits (ww 1,
+    # wr 2, rt 4), sorted by (source, target): vertex indices are in op order.
+    bits = np.concatenate([np.where(g.rel[use[kept]] == RELS.index("ww"), WW, WR).astype(np.int8),
+                           np.full(len(rt_kept), RT, np.int8)])
+    pair = np.concatenate([src[kept] * n + dst[kept], rt_src[rt_kept] * n + rt_dst[rt_kept]])
+    pair, which = np.unique(pair, return_inverse=True)
+    pair_bits = np.zeros(len(pair), np.int8)
+    np.bitwise_or.at(pair_bits, which, bits)
+    del bits, which
+    pair_src, pair_dst = pair // n, pair % n
+    # Components in the order of their first op; each one's vertices and edges in op order.
+    members = np.flatnonzero(on_cycle)
+    if len(members) == 0:
+        return report
+    members = members[np.argsort(label[members], kind="stable")]
+    starts = np.flatnonzero(np.r_[True, label[members][1:] != label[members][:-1]])
+    ends = np.r_[starts[1:], len(members)]
+    by_component = np.argsort(label[pair_src], kind="stable")
+    edge_label = label[pair_src][by_component]
+    for first, last in sorted(zip(starts.tolist(), ends.tolist()), key=lambda r: members[r[0]]):
+        nodes = members[first:last]  # ascending
+        component = label[nodes[0]]
+        rows = by_component[np.searchsorted(edge_label, component):np.searchsorted(edge_label, component, "right")]
+        a, b, found = np.searchsorted(nodes, pair_src[rows]), np.searchsorted(nodes, pair_dst[rows]), pair_bits[rows]
+        m = len(nodes)
 
-        def only(allowed: set[str]) -> tuple[nx.DiGraph, tuple[dict[Any, int], list[list[int]]]]:
-            view = nx.subgraph_view(sub, filter_edge=lambda a, b: bool(rels[(a, b)] & allowed))
-            return view, (index, [[b for b, found in nbrs if found & allowed] for nbrs in out])
+        def adjacency(keep: np.ndarray) -> _Csr:
+            return _Csr(m, a[keep], b[keep])
 
-        def first_edges(keep: Any) -> list[tuple[int, int]]:
-            """The first edges of the component (in networkx's order) that `keep` keeps: only
-            those are searched."""
-            return list(islice(((a, b) for a, b in sub.edges if keep(rels[(a, b)])), MAX_CYCLE_SEARCHES_PER_SCC))
+        def first_edges(keep: np.ndarray) -> list[tuple[int, int]]:
+            """The first edges of the component (in op order) that `keep` keeps: only those
+            are searched."""
+            chosen = np.flatnonzero(keep)[:MAX_CYCLE_SEARCHES_PER_SCC]
+            return list(zip(a[chosen].tolist(), b[chosen].tolist()))
 
         cycle = None
         anomaly = None
-        ww_edges = first_edges(lambda found: "ww" in found)
-        if ww_edges:
-            view, adjacency = only({"ww"})
-            cycle = _shortest_cycle_through(view, ww_edges, adjacency)
+        is_ww = (found & WW) != 0
+        if is_ww.any():
+            cycle = shortest_cycle(adjacency(is_ww), first_edges(is_ww))
             anomaly = "G0" if cycle else None
         if cycle is None:
-            wr_edges = first_edges(lambda found: "wr" in found)
-            view, adjacency = only({"ww", "wr"})
-            cycle = _shortest_cycle_through(view, wr_edges, adjacency)
+            data = (found & (WW | WR)) != 0
+            cycle = shortest_cycle(adjacency(data), first_edges((found & WR) != 0))
             anomaly = "G1c" if cycle else None
         if cycle is None:
-            rt_edges = first_edges(lambda found: found == {"rt"})
-            cycle = _shortest_cycle_through(sub, rt_edges, (index, [[b for b, _ in nbrs] for nbrs in out]))
+            cycle = shortest_cycle(adjacency(np.ones(len(found), bool)), first_edges(found == RT))
             if cycle:
-                found_rels = [rels[(a, b)] for a, b in zip(cycle, cycle[1:])]
-                anomaly = "G1c-realtime" if any("wr" in r and "ww" not in r for r in found_rels) else "G0-realtime"
+                at = np.searchsorted(a * m + b, np.array(cycle[:-1]) * m + np.array(cycle[1:]))
+                anomaly = "G1c-realtime" if (((found[at] & WR) != 0) & ((found[at] & WW) == 0)).any() else "G0-realtime"
         if cycle and anomaly:
-            report.cycles.append(Cycle(anomaly, cycle[:-1], _steps(facts, cycle)))
+            ops_of_cycle = g.vertex_op[nodes[cycle]].tolist()
+            report.cycles.append(Cycle(anomaly, ops_of_cycle[:-1], _steps(g, use, ops_of_cycle)))
     return report
 
 
-def _steps(facts: dict, cycle: list[int]) -> list[dict[str, Any]]:
-    steps = []
+WW, WR, RT = 1, 2, 4  # an edge's relations as bits
+
+
+def _steps(g: Edges, use: np.ndarray, cycle: list[int]) -> list[dict[str, Any]]:
+    """The cycle's steps: each by ww if it has one, else wr, else rt; a data step with the
+    smallest (key, value) that makes it."""
+    steps: list[dict[str, Any]] = []
+    pairs = set(zip(cycle, cycle[1:]))
+    on = use[np.isin(g.src[use], np.array(cycle[:-1], np.int64)) & np.isin(g.dst[use], np.array(cycle[1:], np.int64))]
+    data: dict[tuple[int, int], dict[str, tuple[Any, Any]]] = defaultdict(dict)
+    for a, b, rel, key, value in sorted(zip(g.src[on].tolist(), g.dst[on].tolist(), [RELS[r] for r in g.rel[on].tolist()],
+                                            g.key[on].tolist(), g.value[on].tolist()),
+                                        key=lambda e: (e[0], e[1], e[2], e[3], e[4])):
+        if (a, b) in pairs:
+            data[(a, b)].setdefault(rel, (key, value))
     for a, b in zip(cycle, cycle[1:]):
-        rels = facts[(a, b)]
-        rel = next(r for r in ("ww", "wr", "rt") if r in rels)
-        key, value = rels[rel]
+        found = data.get((a, b), {})
+        rel = next((r for r in ("ww", "wr") if r in found), "rt")
         step: dict[str, Any] = {"from": a, "to": b, "rel": rel}
         if rel != "rt":
+            key, value = found[rel]
             step.update(key=key, value=value)
         steps.append(step)
     return steps

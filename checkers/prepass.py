@@ -236,35 +236,44 @@ def combine(history: DataFrame, answers: pa.Table) -> Prepass:
         total[2] += grouped or 0
     stat_rows = [(run, f, typ, ops, rows) for (run, f, typ), (ops, rows, _) in stats.items()]
     grouped_rows = sum(grouped for _, _, grouped in stats.values())
-    # Per (run, op): its f, type and process, the keys it writes, whether it reads, the keys
-    # it assigns (an op's rows all carry its f, type and process).
-    ops: dict[tuple[str, int], dict[str, Any]] = {}
-    names = ("run", "op", "f", "type", "process", "key", "writes", "reads")
-    for run, op, f, typ, process, key, writes, reads in zip(
-            *(answers.filter(pc.invert(is_stat)).column(name).to_pylist() for name in names)):
-        found = ops.get((run, op))
-        if found is None:
-            found = ops[(run, op)] = {"f": f, "type": typ, "process": process, "write_keys": set(), "reads": False,
-                                      "keys": set()}
-        if writes:
-            found["write_keys"].add(key)
-        found["reads"] = found["reads"] or bool(reads)
-        if f in ASSIGNING and key is not None:
-            found["keys"].add(key)
+    rows = answers.filter(pc.invert(is_stat))
+    assigning = pc.fill_null(pc.is_in(rows.column("f"), pa.array(list(ASSIGNING))), False)
     by_run: dict[str, dict[str, Any]] = defaultdict(lambda: {"linking": [], "writing": [], "multi_info": [],
                                                              "restricts": defaultdict(list)})
-    for (run, op), row in ops.items():
+    # Assign/subscribe ops (a few per consumer): their key sets, per op. An op's rows all
+    # carry its f, type and process.
+    keys_of: dict[tuple[str, int], tuple[Any, set[int]]] = {}
+    assigns = rows.filter(assigning)
+    for run, op, process, key in zip(*(assigns.column(name).to_pylist() for name in ("run", "op", "process", "key"))):
+        found = keys_of.setdefault((run, op), (process, set()))
+        if key is not None:
+            found[1].add(key)
+    for (run, op), (process, keys) in keys_of.items():
+        by_run[run]["restricts"][process].append((op, frozenset(keys)))
+    # Every other op (txn ops, multi-record sends: one row per micro-op, so as many as the
+    # history's rows in a transactional run) grouped by Arrow, not as a dict per op on the
+    # driver (~450 bytes a row).
+    others = rows.filter(pc.invert(assigning))
+    writes = pc.fill_null(others.column("writes"), False)
+    grouped = pa.table({
+        "run": others.column("run"), "op": others.column("op"),
+        "write_key": pc.if_else(writes, others.column("key"), pa.scalar(None, pa.int64())),
+        "reads": pc.fill_null(others.column("reads"), False),
+        "info": pc.fill_null(pc.equal(others.column("type"), "info"), False),
+    }).group_by(["run", "op"]).aggregate([("write_key", "count_distinct"), ("reads", "any"), ("info", "any")])
+    write_keys = grouped.column("write_key_count_distinct").to_numpy(zero_copy_only=False)
+    reads = grouped.column("reads_any").to_numpy(zero_copy_only=False).astype(bool)
+    info = grouped.column("info_any").to_numpy(zero_copy_only=False).astype(bool)
+    op_column = grouped.column("op").to_numpy(zero_copy_only=False).astype(np.int64)
+    runs = pc.dictionary_encode(grouped.column("run")).combine_chunks()
+    codes = runs.indices.to_numpy(zero_copy_only=False)
+    for i, run in enumerate(runs.dictionary.to_pylist()):
+        mine = codes == i
+        ops_of_run, keys_of_run = op_column[mine], write_keys[mine]
         facts = by_run[run]
-        if row["f"] in ASSIGNING:
-            facts["restricts"][row["process"]].append((op, frozenset(row["keys"])))
-            continue
-        write_keys = len(row["write_keys"])
-        if write_keys:
-            facts["writing"].append(op)
-        if write_keys > 1 or (write_keys and row["reads"]):
-            facts["linking"].append(op)
-        if row["type"] == "info" and write_keys > 1:
-            facts["multi_info"].append((run, op))
+        facts["writing"] = ops_of_run[keys_of_run > 0]
+        facts["linking"] = ops_of_run[(keys_of_run > 1) | ((keys_of_run > 0) & reads[mine])]
+        facts["multi_info"] = [(run, op) for op in ops_of_run[info[mine] & (keys_of_run > 1)].tolist()]
     committed = _committed_multi_key_info(history, [op for f in by_run.values() for op in f["multi_info"]])
     out: dict[str, RunFacts] = {}
     for run, facts in by_run.items():
@@ -273,8 +282,8 @@ def combine(history: DataFrame, answers: pa.Table) -> Prepass:
             events.sort(key=lambda e: e[0])
             restricts[process] = (np.array([e[0] for e in events], np.int64), [e[1] for e in events])
         out[run] = RunFacts(committed_info_ops=np.unique(np.array(committed.get(run, []), np.int64)),
-                            linking_ops=np.unique(np.array(facts["linking"], np.int64)),
-                            writing_ops=np.unique(np.array(facts["writing"], np.int64)),
+                            linking_ops=np.unique(np.asarray(facts["linking"], np.int64)),
+                            writing_ops=np.unique(np.asarray(facts["writing"], np.int64)),
                             restricts=restricts)
     return Prepass(facts=out, stats=stat_rows, grouped_rows=grouped_rows)
 

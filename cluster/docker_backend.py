@@ -59,7 +59,7 @@ from typing import Any
 
 from cluster.control import ClusterControl, pid_running
 from cluster.launcher import (CONTROLLER_COUNTS, CONTROLLER_NODE_ID, FIRST_HOST_OCTET, MAX_BROKERS, BrokerProcess, BrokerStartError,
-                              is_controller_id, probe, probe_controller, quorum_leader)
+                              active_controller_of, is_controller_id, probe, probe_controller)
 from cluster.protocol.client import ProtocolClientError
 
 LABEL_RUN = "org.logquake.run"
@@ -343,16 +343,7 @@ class DockerCluster:
     def active_controller(self) -> int | None:
         """The active controller's node id, as the first live, unpaused controller answers
         DescribeQuorum (None: no leader known, or none answers)."""
-        if len(self.controllers) == 1:
-            return CONTROLLER_NODE_ID if self.is_alive(CONTROLLER_NODE_ID) else None
-        for controller in self.controllers:
-            if not self.is_alive(controller.broker_id) or self.is_paused(controller.broker_id):
-                continue
-            try:
-                return quorum_leader(controller.host, controller.port)
-            except (OSError, ProtocolClientError):
-                continue
-        return None
+        return active_controller_of(self.controllers, lambda node: self.is_alive(node) and not self.is_paused(node))
 
     @property
     def bootstrap_servers(self) -> str:

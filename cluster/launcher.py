@@ -41,7 +41,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -167,6 +167,23 @@ def quorum_leader(host: str, port: int, timeout_s: float = 2.0) -> int | None:
     return int(leader) if leader >= 0 else None
 
 
+
+def active_controller_of(controllers: Iterable[BrokerProcess], answers: Callable[[int], bool]) -> int | None:
+    """The active controller's node id, as DescribeQuorum answers it by the first controller
+    that `answers` (alive and not paused) and replies (None: no leader known, or none
+    replies). One controller is the quorum alone: its id while it answers."""
+    controllers = list(controllers)
+    if len(controllers) == 1:
+        return CONTROLLER_NODE_ID if answers(CONTROLLER_NODE_ID) else None
+    for controller in controllers:
+        if not answers(controller.broker_id):
+            continue
+        try:
+            return quorum_leader(controller.host, controller.port)
+        except (OSError, ProtocolClientError):
+            continue
+    return None
+
 def probe(host: str, port: int, timeout_s: float = 2.0) -> None:
     """Raise unless the broker answers ApiVersions and Metadata."""
     with WireClient(host, port, timeout_s=timeout_s) as client:
@@ -248,16 +265,7 @@ class LocalCluster:
     def active_controller(self) -> int | None:
         """The node id of the active controller, as DescribeQuorum answers it by the first
         live controller that answers (None: no leader known, or none answers)."""
-        if len(self.controllers) == 1:
-            return CONTROLLER_NODE_ID if self.is_alive(CONTROLLER_NODE_ID) else None
-        for controller in self.controllers:
-            if not self.is_alive(controller.broker_id) or controller.broker_id in self._paused:
-                continue
-            try:
-                return quorum_leader(controller.host, controller.port)
-            except (OSError, ProtocolClientError):
-                continue
-        return None
+        return active_controller_of(self.controllers, lambda node: self.is_alive(node) and node not in self._paused)
 
     @property
     def controller_voters(self) -> str:

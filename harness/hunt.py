@@ -90,6 +90,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--find", default=None, metavar="ANOMALY[,ANOMALY]",
                    help="stop at the first run whose results show one of these anomalies (e.g. lost-write), "
                         f"allowed by its claims or not; exit {EXIT_FOUND_ALLOWED} when found and allowed")
+    p.add_argument("--live-links", default=None, metavar="SPEC[,SPEC]",
+                   help="live targets the link kinds draw besides explicit links, resolved when the fault starts: "
+                        "client>primary, client>primaries, primary>client, primaries>client (the client's links to "
+                        "or from the leaders; default: none)")
     p.add_argument("--no-database", action="store_true",
                    help=f"neither replay nor store failures in <results>/{DB_DIR}")
     p.set_defaults(handler=handle, sim=True, test_count=1, junit_xml=None, bootstrap_servers=None, toxiproxy_url=None,
@@ -328,6 +332,8 @@ def database_key(spec: Any, kinds: list[str], args: argparse.Namespace) -> bytes
                            "concurrency": spec.concurrency}, sort_keys=True, default=str)
     if getattr(args, "max_targets", None):
         material += json.dumps({"max_targets": args.max_targets}, sort_keys=True)
+    if getattr(args, "live_links", None):
+        material += json.dumps({"live_links": args.live_links})
     if spec.controllers != 1 or "node_kinds" in spec.nemesis_options:
         # Controllers as targets draw other schedules (a hunt on one controller keeps its old key).
         material += json.dumps({"controllers": spec.controllers, "node_kinds": spec.nemesis_options.get("node_kinds")})
@@ -398,9 +404,10 @@ def handle(args: argparse.Namespace) -> int:
             args.max_targets = parse_max_targets(args.max_fault_targets)
             # --nemesis-option node_kinds=broker,controller: controllers are targets, as in `logquake test`.
             node_kinds = [k.strip() for k in spec.nemesis_options.get("node_kinds", "broker").split(",") if k.strip()]
+            live_links = [n.strip() for n in (args.live_links or "").split(",") if n.strip()]
             strategy = fault_schedules(spec.brokers, spec.time_limit_s, kinds, max_faults=args.max_faults,
                                        max_duration_s=args.max_fault_duration, max_targets=args.max_targets,
-                                       controllers=spec.controllers, node_kinds=node_kinds)
+                                       controllers=spec.controllers, node_kinds=node_kinds, live_links=live_links)
         except ValueError as exc:
             raise BadArgument(str(exc)) from None
     except BadArgument as exc:

@@ -4,7 +4,9 @@ A schedule is a tuple of `Fault`s: which fault (`kind`, a nemesis package: kill,
 partition, clock, disk, link-delay, link-loss, link-duplicate, link-reorder), on which
 brokers (`targets`: broker ids, or a live spec the package resolves when the fault starts:
 "primaries", "primary" for partitions; for the link kinds, directed links between brokers,
-the controller and the client host, as nemeses.link_faults takes them), when (`start_s`,
+the controller and the client host, as nemeses.link_faults takes them, or a live link target:
+"client>primary", "client>primaries" (the client's links to the leaders) and the reverse,
+resolved when the fault starts, drawn only when `live_links` names them), when (`start_s`,
 simulated seconds after the main phase starts) and for how long (`duration_s`), and how
 (`variant`: the disk fault, one of fsync-eio, disk-full, slow-fsync, torn-crash; `params`:
 a link fault's delay_ms, jitter_ms, loss, duplicate, reorder, a slow fsync's delay_ms, a
@@ -57,6 +59,9 @@ from hypothesis import strategies as st
 LINK_KINDS: tuple[str, ...] = ("link-delay", "link-loss", "link-duplicate", "link-reorder")
 DISK_VARIANTS: tuple[str, ...] = ("fsync-eio", "disk-full", "slow-fsync", "torn-crash")
 LINK_HOSTS: tuple[str, ...] = ("controller", "client")
+# Live link targets (nemeses.targets.LIVE_LINK_SPECS, spelled out as above), simplest first:
+# the client's link to the busiest leader, to every leader, then the answers' way.
+LIVE_LINK_SPECS: tuple[str, ...] = ("client>primary", "client>primaries", "primary>client", "primaries>client")
 # The packages a schedule can name, and the ones whose targets are broker sets.
 NODE_KINDS: tuple[str, ...] = ("kill", "pause", "clock", "disk")
 KINDS: tuple[str, ...] = ("kill", "pause", "partition", "clock", "disk", *LINK_KINDS)
@@ -129,9 +134,13 @@ class Fault:
             raise ValueError(f"{self.kind} needs at least one target broker")
 
     def _check_link(self) -> None:
-        if isinstance(self.targets, str) or not self.targets:
+        if isinstance(self.targets, str):
+            if self.targets not in LIVE_LINK_SPECS:
+                raise ValueError(f"{self.kind} needs at least one link (from, to) or a live link target "
+                                 f"({', '.join(LIVE_LINK_SPECS)}), got {self.targets!r}")
+        elif not self.targets:
             raise ValueError(f"{self.kind} needs at least one link (from, to), got {self.targets!r}")
-        for link in self.targets:
+        for link in () if isinstance(self.targets, str) else self.targets:
             if not isinstance(link, tuple) or len(link) != 2 or link[0] == link[1] or set(link) == set(LINK_HOSTS):
                 raise ValueError(f"{self.kind}: {link!r} is not a link between two nodes (client-controller carries nothing)")
             for node in link:
@@ -149,6 +158,8 @@ class Fault:
     def start_value(self, brokers: Sequence[int], controllers: Sequence[int] = ()) -> dict[str, Any]:
         """The value of this fault's start op, as the package takes it, on a cluster of
         `brokers` and `controllers` (node ids); ValueError naming a target it lacks."""
+        if self.kind in LINK_KINDS and isinstance(self.targets, str):
+            return {"target": self.targets, "fault": dict(self.params)}
         if self.kind in LINK_KINDS:
             missing = sorted({n for link in self.targets for n in link
                               if isinstance(n, int) and n not in brokers and n not in controllers})
@@ -354,6 +365,17 @@ def _disk_faults(broker_ids: list[int], node_sets: st.SearchStrategy[tuple[int, 
     return disk()
 
 
+def _live_links(names: Sequence[str], node_kinds: Sequence[str]) -> list[str]:
+    """`names` in LIVE_LINK_SPECS order (the order they shrink in); ValueError for an unknown
+    one, or when brokers are not targets (the live links run between the client and them)."""
+    unknown = [n for n in names if n not in LIVE_LINK_SPECS]
+    if unknown:
+        raise ValueError(f"live links {', '.join(unknown)}: choose from {', '.join(LIVE_LINK_SPECS)}")
+    if "broker" not in node_kinds:
+        raise ValueError("live links run between the client and the leading brokers: node_kinds must name broker")
+    return [n for n in LIVE_LINK_SPECS if n in names]
+
+
 def _at_most(brokers: Sequence[int], max_targets: int) -> st.SearchStrategy[tuple[int, ...]]:
     """Sets of 1..`max_targets` of `brokers`, shrinking toward fewer and lower ids."""
     return st.lists(st.sampled_from(sorted(brokers)), min_size=1, max_size=max_targets, unique=True).map(
@@ -378,12 +400,14 @@ def _quorum(controllers: Sequence[int] | int, node_kinds: Sequence[str]) -> list
 
 def faults(kind: str, brokers: Sequence[int] | int, time_limit_s: float, *, max_duration_s: float | None = None,
            live_targets: bool = True, max_targets: int | None = None, controllers: Sequence[int] | int = 1,
-           node_kinds: Sequence[str] = ("broker",)) -> st.SearchStrategy[Fault]:
+           node_kinds: Sequence[str] = ("broker",), live_links: Sequence[str] = ()) -> st.SearchStrategy[Fault]:
     """One fault of `kind` within the main phase (`time_limit_s`). `max_targets` bounds the
     nodes a kill, pause, clock or disk fault takes at once (and then leaves out the live
     specs, which may name more). With "controller" in `node_kinds`, kill, pause, partition
     and link faults draw among the `controllers` too (a count or the node ids), and "broker"
-    left out of it draws those kinds among the controllers only."""
+    left out of it draws those kinds among the controllers only. `live_links` (of
+    LIVE_LINK_SPECS) are drawn by link faults as often as explicit link sets, which they
+    shrink toward ("client>primary" first)."""
     broker_ids = list(range(brokers)) if isinstance(brokers, int) else sorted(brokers)
     if kind not in KINDS:
         raise ValueError(f"fault kind {kind!r} is not one of {', '.join(KINDS)}")
@@ -408,7 +432,10 @@ def faults(kind: str, brokers: Sequence[int] | int, time_limit_s: float, *, max_
     start, duration = _tenths(time_limit_s - STEP_S), _tenths(longest, min_tenths=1)
     if kind in LINK_KINDS:
         links = fault_links(broker_ids, quorum, node_kinds if quorum else ("broker",))
-        return st.builds(Fault, kind=st.just(kind), targets=_link_sets(links), start_s=start, duration_s=duration,
+        link_targets: st.SearchStrategy[Any] = _link_sets(links)
+        if live_links:
+            link_targets = st.one_of(st.sampled_from(_live_links(live_links, node_kinds)), link_targets)
+        return st.builds(Fault, kind=st.just(kind), targets=link_targets, start_s=start, duration_s=duration,
                          params=_link_params(kind))
     node_sets = _broker_sets(nodes) if max_targets is None or max_targets >= len(nodes) \
         else _at_most(nodes, max_targets)
@@ -440,14 +467,16 @@ def fault_schedules(brokers: Sequence[int] | int = 3, time_limit_s: float = 60.0
                     *, max_faults: int = 4, max_duration_s: float | None = None,
                     live_targets: bool = True,
                     max_targets: Mapping[str, int] | None = None, controllers: Sequence[int] | int = 1,
-                    node_kinds: Sequence[str] = ("broker",)) -> st.SearchStrategy[tuple[Fault, ...]]:
+                    node_kinds: Sequence[str] = ("broker",), live_links: Sequence[str] = ()) -> st.SearchStrategy[tuple[Fault, ...]]:
     """Schedules of up to `max_faults` faults of `kinds` on `brokers` (a count or the ids),
     each starting within the main phase of `time_limit_s` simulated seconds. Shrinks to
     fewer, earlier, shorter faults on fewer and lower brokers. `max_targets` bounds, per
     kind, the nodes one fault takes ({"kill": 1}: one node down at a time, since a kind
     holds one fault at a time). `node_kinds` ("broker", "controller" or both) says whether
     kill, pause, partition and link faults also take the `controllers` of a metadata quorum
-    (a count or the node ids; the module docstring says how)."""
+    (a count or the node ids; the module docstring says how). `live_links` (LIVE_LINK_SPECS)
+    are drawn by the link kinds besides explicit links: "client>primary" holds the client's
+    requests to the busiest leader and not those to a coordinator elsewhere."""
     kinds = tuple(kinds)
     if not kinds:
         raise ValueError("kinds: name at least one fault kind")
@@ -460,8 +489,11 @@ def fault_schedules(brokers: Sequence[int] | int = 3, time_limit_s: float = 60.0
     stray = sorted(set(bounds) - set(kinds))
     if stray:
         raise ValueError(f"max_targets names {', '.join(stray)}, which is not among the kinds {', '.join(kinds)}")
+    if live_links and not set(kinds) & set(LINK_KINDS):
+        raise ValueError(f"live links {', '.join(live_links)} need a link kind among the kinds ({', '.join(LINK_KINDS)})")
     one = st.one_of(*(faults(k, brokers, time_limit_s, max_duration_s=max_duration_s, live_targets=live_targets,
-                             max_targets=bounds.get(k), controllers=controllers, node_kinds=node_kinds) for k in kinds))
+                             max_targets=bounds.get(k), controllers=controllers, node_kinds=node_kinds,
+                             live_links=live_links if k in LINK_KINDS else ()) for k in kinds))
     return st.lists(one, min_size=1, max_size=max_faults).map(tuple)
 
 

@@ -13,6 +13,13 @@ brokers, the controller and the client host, then the fault's setting:
     node    every link to and from one node
     link    one directed link (from, to)
     subset  a random nonempty subset of the directed links (each with probability 1/2)
+or, named in an op (a `--fault-schedule`, a hunt's `--live-links`; the seeded schedule draws
+them only when the options list them), a live target between the client host and the
+leaders, resolved when the fault starts from the leaders of the tested partitions (every
+topic but the internal ones) and recorded in the completion with the links it took
+(nemeses.targets.LIVE_LINK_SPECS):
+    client>primary    the client's link to the broker leading the most tested partitions
+    client>primaries  the client's links to every leader;  primary>client, primaries>client
 Links between the client and the controller are left out: no traffic takes them.
     link-delay      delay 2^U[0,9) ms (1-512 ms) plus jitter up to as much again
     link-loss       loss U[0.01, 0.5); one start in five is total loss (a black hole that
@@ -31,11 +38,15 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from cluster.control import ControlError
 from cluster.sim.link_fault import LinkFault, LinkFaultError
-from nemeses.base import NemesisError, alternate
+from nemeses.base import NemesisError, alternate, live_primaries
+from nemeses.targets import LIVE_LINK_SPECS, live_links
 
 LINK_FAULT_NAMES: tuple[str, ...] = ("link-delay", "link-loss", "link-duplicate", "link-reorder")
 LINK_TARGETS: tuple[str, ...] = ("node", "link", "subset")
+# Live targets (nemeses.targets.live_links): the client host's links to or from the leaders.
+LIVE_LINK_TARGETS: tuple[str, ...] = LIVE_LINK_SPECS
 # Plot colours (not in nemeses.base.COLORS: the report gives packages it does not know
 # spare colours, and these never run on the bundled cluster).
 LINK_FAULT_COLORS: dict[str, str] = {
@@ -77,8 +88,8 @@ class LinkFaultOptions:
         if not self.targets:
             raise NemesisError(f"link fault targets are empty; choose from: {', '.join(LINK_TARGETS)}")
         for target in self.targets:
-            if target not in LINK_TARGETS:
-                raise NemesisError(f"unknown link fault target {target!r}; known: {', '.join(LINK_TARGETS)}")
+            if target not in LINK_TARGETS + LIVE_LINK_TARGETS:
+                raise NemesisError(f"unknown link fault target {target!r}; known: {', '.join(LINK_TARGETS + LIVE_LINK_TARGETS)}")
 
 
 def fault_nodes(brokers: Sequence[int], options: LinkFaultOptions) -> list[Node]:
@@ -105,6 +116,8 @@ def draw_fault(name: str, rng: random.Random) -> LinkFault:
 
 def draw_target(nodes: Sequence[Node], options: LinkFaultOptions, rng: random.Random) -> dict[str, Any]:
     target = rng.choice(options.targets)
+    if target in LIVE_LINK_TARGETS:
+        return {"target": target}
     links = fault_links(nodes)
     if target == "node" or not links:
         return {"target": "node", "node": rng.choice(list(nodes))}
@@ -145,6 +158,9 @@ class LinkFaultPackage:
         self.name = name
         self.color = LINK_FAULT_COLORS[name]
         self.control = link_fault_control(name, control)
+        # Where the live targets read the leaders: the simulated run's SimControl (the
+        # nemeses' ClusterControl), when it has them.
+        self.leaders_source = control if callable(getattr(control, "leaders", None)) else None
         self.options = options or LinkFaultOptions()
 
     def schedule(self, rng: random.Random) -> Iterator[dict]:
@@ -159,14 +175,17 @@ class LinkFaultPackage:
         raise ValueError(f"the {self.name} nemesis has no op {f!r}")
 
     def start(self, value: Any) -> dict:
-        if not isinstance(value, dict) or value.get("target") not in LINK_TARGETS or "fault" not in value:
-            raise ValueError(f"start-{self.name} needs a value with a target ({', '.join(LINK_TARGETS)}) and a fault, got {value!r}")
+        targets = LINK_TARGETS + LIVE_LINK_TARGETS
+        if not isinstance(value, dict) or value.get("target") not in targets or "fault" not in value:
+            raise ValueError(f"start-{self.name} needs a value with a target ({', '.join(targets)}) and a fault, got {value!r}")
         try:
             fault = LinkFault.from_value(value["fault"])
         except LinkFaultError as error:
             raise ValueError(f"start-{self.name}: {error}") from None
         # A start replaces what this package set before (a start without its stop).
         self.control.clear_link_faults(self.name)
+        if value["target"] in LIVE_LINK_TARGETS:
+            return self._start_live(value, fault)
         if value["target"] == "node":
             self.control.set_node_fault(value["node"], fault, tag=self.name)
         else:
@@ -176,6 +195,25 @@ class LinkFaultPackage:
             for source, destination in links:
                 self.control.set_link_fault(source, destination, fault, tag=self.name)
         return dict(value)
+
+    def _start_live(self, value: dict, fault: LinkFault) -> dict:
+        """Resolve a live target from the leaders now and fault its links; the completion
+        records the leaders seen and the links taken (none, with the reason, when no leader
+        is known)."""
+        if self.leaders_source is None:
+            raise ValueError(f"start-{self.name}: the live target {value['target']!r} needs the cluster's leaders, "
+                             f"which {type(self.control).__name__} does not give (a simulated run's SimControl does)")
+        try:
+            _, seen = live_primaries(self.leaders_source, None)
+        except ControlError as error:
+            return {**value, "links": [], "error": str(error)}
+        links = live_links(value["target"], list(seen["leaders"].values()))
+        for source, destination in links:
+            self.control.set_link_fault(source, destination, fault, tag=self.name)
+        result = {**value, **seen, "links": [list(link) for link in links]}
+        if not links:
+            result["error"] = "no tested partition has a leader"
+        return result
 
     def heal(self) -> None:
         self.control.clear_link_faults(self.name)

@@ -32,6 +32,14 @@ dst drops what src sends. `one_way` pairs drop only data segments (see nemeses.n
                     majority elects new leaders while it still serves its clients
     active-controller  the active controller isolated from every other node (live state):
                     the other controllers elect a new one, the brokers follow it
+
+Live link targets (for the simulated link faults, nemeses.link_faults): directed links
+between the client host and the leaders, resolved when the fault starts.
+    client>primary    the client's link to the broker leading the most tested partitions
+                      (ties: the lowest id): its Produces and Fetches there, not the
+                      requests it sends the other brokers (a coordinator elsewhere)
+    client>primaries  the client's links to every broker leading a tested partition
+    primary>client, primaries>client  the same links the other way (the answers)
 """
 
 from __future__ import annotations
@@ -47,6 +55,8 @@ LIVE_SPECS = frozenset({"primaries", "primary", "active-controller"})
 # The controller's own live target, as a node spec and as a topology: chosen only by name
 # (the broker-only lists above are what the default schedules and their tests cover).
 CONTROLLER_SPECS: tuple[str, ...] = ("active-controller",)
+# Live link targets: "<from>><to>" between the client host and the leaders (live_links).
+LIVE_LINK_SPECS: tuple[str, ...] = ("client>primary", "client>primaries", "primary>client", "primaries>client")
 # What the node specs and topologies pick among (nemesis option node_kinds).
 NODE_KINDS: tuple[str, ...] = ("broker", "controller")
 
@@ -167,9 +177,9 @@ def partition_topology(name: str, nodes: Sequence[int], rng: random.Random,
         raise ValueError(f"the {name!r} topology needs the current leaders")
     led = [leader for leader in primaries if leader in ordered]
     if name == "primary":
-        if not led:
+        busiest = busiest_leader(led)
+        if busiest is None:
             return Topology(name, extra={"note": "no broker leads a tested partition: nothing to partition"})
-        busiest = min(set(led), key=lambda broker: (-led.count(broker), broker))
         return Topology(name, blocked=frozenset(complete_grudge([[busiest], [n for n in ordered if n != busiest]])),
                         components=((busiest,), tuple(n for n in ordered if n != busiest)),
                         extra={"isolated": busiest, "leads": led.count(busiest)})
@@ -187,3 +197,23 @@ def active_controller_topology(active: int | None, nodes: Sequence[int]) -> Topo
         return Topology(name, extra={"note": "no active controller known: nothing to partition"})
     rest = tuple(sorted(n for n in nodes if n != active))
     return Topology(name, blocked=frozenset(complete_grudge([[active], rest])), components=((active,), rest), extra={"isolated": active})
+
+
+def busiest_leader(led: Sequence[int]) -> int | None:
+    """The broker leading the most of `led` (one entry per tested partition; ties: the
+    lowest id), None when nothing is led."""
+    if not led:
+        return None
+    return min(set(led), key=lambda broker: (-list(led).count(broker), broker))
+
+
+def live_links(spec: str, led: Sequence[int]) -> list[tuple[int | str, int | str]]:
+    """The directed links a live link target names, given `led`: the leader of each tested
+    partition, one entry per partition. Empty when no partition has a leader."""
+    if spec not in LIVE_LINK_SPECS:
+        raise ValueError(f"unknown live link target {spec!r}; known: {', '.join(LIVE_LINK_SPECS)}")
+    source, destination = spec.split(">")
+    live = destination if source == "client" else source
+    busiest = busiest_leader(led)
+    leaders = sorted(set(led)) if live == "primaries" else ([] if busiest is None else [busiest])
+    return [("client", leader) if source == "client" else (leader, "client") for leader in leaders]

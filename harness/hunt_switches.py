@@ -114,12 +114,13 @@ UNFOUND_HUNTS: dict[str, list[str]] = {
         "--client-config", "request.timeout.ms=100", "--client-config", "message.timeout.ms=150",
         "--cluster-config", "transaction.partition.verification.enable=false"],
     "controller.quorum.commit.previous.epoch.by.count": [
-        "--controllers", "3", "--nemesis-option", "node_kinds=broker,controller", "--nemesis", "partition,link-delay,kill",
+        "--controllers", "3", "--nemesis-option", "node_kinds=controller", "--nemesis", "partition,link-delay",
         "--time-limit", "8", "--final-time-limit", "4", "--quiet-period", "1", "--rate", "50", "--concurrency", "3",
         "--max-faults", "4",
         "--cluster-config", "broker.session.timeout.ms=500", "--cluster-config", "broker.heartbeat.interval.ms=100",
         "--cluster-config", "controller.quorum.fetch.timeout.ms=500",
         "--cluster-config", "controller.quorum.election.timeout.ms=250",
+        "--cluster-config", "controller.quorum.fetch.max.wait.ms=100",
         "--cluster-config", "controller.quorum.fetch.max.bytes=1",
         "--cluster-config", "controller.quorum.commit.previous.epoch.by.count=true"],
 }

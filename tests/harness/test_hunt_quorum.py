@@ -6,13 +6,17 @@ controllers with no broker, so the one left with the brokers misses the fences t
 commit; then the active controller cut off) replays as a simulated run whose quorum checks flag
 `controller.quorum.vote.skip.log.check` (committed metadata lost: the stale controller is
 elected) and find nothing on the safe cluster, through the files and checks a hunt uses (the
-simulated runs without Spark, a few seconds each).
+simulated runs without Spark, a few seconds each). Likewise Raft's Figure 8
+(`controller.quorum.commit.previous.epoch.by.count`) with its hunt entry's settings: a 100-ms
+delay on every controller link and three partitions cutting off, in turn, the leader, the
+next leader before its LeaderChange spreads, and the first leader re-elected once counting
+replicas has committed its old record (FIGURE_8 below says when and why).
 
 Soak: the SWITCH_HUNTS entry of the vote switch, hunted (found, shrunk, replayed invalid) and
 the same search on the safe cluster finding nothing. The hunts take minutes at a shared
 machine's load (bench/bench_hunt.py measures them), so they are not CI. The Figure 8 switch
-(`controller.quorum.commit.previous.epoch.by.count`) has no such test: no hunt found it
-(harness/hunt_switches.py's UNFOUND_HUNTS says what was tried)."""
+has no hunt test: no hunt found it (harness/hunt_switches.py's UNFOUND_HUNTS says what was
+tried and why: its two cuts must each land in a window of about 0.3 s)."""
 
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.hunt_switches import SWITCH_HUNTS, without_switch
+from harness.hunt_switches import SWITCH_HUNTS, UNFOUND_HUNTS, without_switch
 from logquake.strategies import Fault, schedule_json
 
 VOTE = "controller.quorum.vote.skip.log.check"
@@ -35,8 +39,25 @@ SHAPE = ["--controllers", "3", "--nemesis-option", "node_kinds=controller", "--n
 # controller is cut off from everyone: 1002 and the other one of the pair elect a leader.
 SCHEDULE = (Fault("partition", (1000, 1001), 0.5, 2.0), Fault("partition", "active-controller", 2.5, 5.0))
 
+BY_COUNT = "controller.quorum.commit.previous.epoch.by.count"
+CONTROLLER_LINKS = ((1000, 1001), (1001, 1000), (1000, 1002), (1002, 1000), (1001, 1002), (1002, 1001))
+# Raft's Figure 8 with the hunt entry's settings, seed 1 (the quorum's leader is then 1002,
+# main-phase seconds): every controller link 100 ms slower, so that a fetch round trip takes
+# 200 ms and what is in flight can be cut off; 1002 cut off appends its fences of the three
+# brokers (three batches) alone; 1000 wins epoch 3 with 1001's vote at 2.44 s and is cut off
+# at 2.5 s, before its LeaderChange reaches 1001 (2.74 s); 1002 and 1001 elect 1002 (epoch
+# 4, 3.47 s), 1001 fetches the fences one batch a fetch, and counting replicas commits the
+# first at 3.87 s; at 4.2 s 1002 is cut off before its LeaderChange reaches 1001 (4.37 s), and
+# 1000 (its last record of epoch 3, newer than 1001's fences of epoch 1) is elected (5.55 s)
+# and truncates them on 1001. Each window is about 0.3 s: cut 1000 at 2.5-2.7 s, and (with
+# 2.5 s) 1002 at 4.0 or 4.2 s, not 3.8 or 4.4.
+FIGURE_8 = (Fault("link-delay", CONTROLLER_LINKS, 0.5, 6.0, params=(("delay_ms", 100.0), ("jitter_ms", 0.0))),
+            Fault("partition", "active-controller", 1.0, 2.0), Fault("partition", (1000,), 2.5, 2.0),
+            Fault("partition", (1002,), 4.2, 2.0))
 
-def simulate(schedule_file: Path, unsafe: bool, root: Path, seed: int = 1) -> Path:
+
+def simulate(schedule_file: Path, unsafe: bool, root: Path, seed: int = 1, shape: list[str] | None = None,
+             switch: str = VOTE) -> Path:
     from harness.cli import ArgumentParser
     from harness.hunt_schedule import check_targets, read_schedule
     from harness.run import open_run
@@ -45,7 +66,8 @@ def simulate(schedule_file: Path, unsafe: bool, root: Path, seed: int = 1) -> Pa
 
     parser = ArgumentParser(prog="logquake")
     register(parser.add_subparsers(dest="command", required=True, parser_class=ArgumentParser))
-    argv = ["test", "--sim", *SHAPE, "--seed", str(seed), "--cluster-config", f"{VOTE}={str(unsafe).lower()}"]
+    argv = ["test", "--sim", *(SHAPE if shape is None else shape), "--seed", str(seed),
+            "--cluster-config", f"{switch}={str(unsafe).lower()}"]
     spec = build_spec(parser.parse_args(argv), seed)
     fault_ops, _ = read_schedule(schedule_file)
     check_targets(fault_ops, spec.brokers, spec.controllers, schedule_file)
@@ -73,6 +95,44 @@ def test_a_schedule_of_controller_faults_replays_and_flags_votes_without_the_log
         isolated = [op["value"].get("isolated") for op in history if op["f"] == "start-partition" and op["type"] == "info"
                     and isinstance(op["value"], dict) and op["value"].get("topology") == "active-controller"]
         assert isolated and isolated[-1] in (1000, 1001)  # the pair's leader, resolved when the fault started
+        verdicts[unsafe] = add_quorum_verdict(CheckResult(valid=True), run_dir)
+    assert verdicts[True].valid is False
+    assert {"metadata-committed-lost", "metadata-committed-disagree"} <= {a.name for a in verdicts[True].anomalies}
+    assert verdicts[False].valid is True and not verdicts[False].anomalies
+    assert verdicts[False].stats["metadata_quorum"]["violations"] == 0
+
+
+def hunt_shape(argv: list[str], switch: str) -> list[str]:
+    """A hunt entry's `logquake test` arguments: its hunt-only options and the switch left out."""
+    out: list[str] = []
+    skip = 0
+    for i, item in enumerate(argv):
+        if skip:
+            skip -= 1
+        elif item == "--max-faults":
+            skip = 1
+        elif item == "--cluster-config" and argv[i + 1].startswith(f"{switch}="):
+            skip = 1
+        else:
+            out.append(item)
+    return out
+
+
+def test_a_schedule_of_controller_faults_replays_raft_figure_8_when_counting_replicas_commits(tmp_path: Path) -> None:
+    from checkers.quorum import add_quorum_verdict
+    from checkers.result import CheckResult
+
+    shape = hunt_shape(UNFOUND_HUNTS[BY_COUNT], BY_COUNT)
+    path = tmp_path / "fault-schedule.json"
+    path.write_text(schedule_json(FIGURE_8, 3, 8, controllers=3), encoding="utf-8")
+    verdicts = {}
+    for unsafe in (True, False):
+        run_dir = simulate(path, unsafe, tmp_path / str(unsafe), shape=shape, switch=BY_COUNT)
+        history = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
+        isolated = [op["value"].get("isolated") for op in history if op["f"] == "start-partition" and op["type"] == "info"
+                    and isinstance(op["value"], dict) and op["value"].get("topology") == "active-controller"
+                    and "isolated" in op["value"]]
+        assert isolated == [1002]  # the leader the schedule's node ids were written for
         verdicts[unsafe] = add_quorum_verdict(CheckResult(valid=True), run_dir)
     assert verdicts[True].valid is False
     assert {"metadata-committed-lost", "metadata-committed-disagree"} <= {a.name for a in verdicts[True].anomalies}

@@ -5,7 +5,8 @@ the harness's RunSpec), plus the fault kinds the run's history shows ran. `claim
 it into the claims under test; `classify` decides for one anomaly type whether it is
 allowed, and which made claims it violates. Fail closed: an anomaly is allowed only where a
 documented Kafka rule says it can happen under this configuration and these faults
-(`loss_allowance`; README "Claims").
+(`loss_allowance`; README "Claims"). For unflushed crashes at min ISR m >= 2 that rule
+needs m brokers down at once, counted from the history's nemesis ops (checkers/crashes.py).
 
 Jepsen's allowed-error-types are kept on top: int-send-skip and G0 are always allowed
 (Kafka transactions do not isolate writes); with subscribe, rebalances legally cause
@@ -17,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
+from checkers.crashes import CrashPeriod, DownAtOnce, crash_periods, most_down_at_once
 from checkers.result import Claim
 
 DELIVERY_MODES = {"after": "at-least-once", "at-least-once": "at-least-once",
@@ -59,6 +61,10 @@ class ClaimInputs:
     # Fault kinds that actually ran (the `start-<kind>` nemesis ops of the history, collected
     # by harness/history_parquet.py). Empty until the history is read: nothing is excused.
     faults: frozenset[str] = frozenset()
+    # The brokers the history's nemesis ops show down from crashes, and when
+    # (checkers/crashes.py): how many unflushed crashes overlapped. Empty until the history
+    # is read: no overlap is assumed.
+    crashes: tuple[CrashPeriod, ...] = ()
     # Where min ISR, unclean election and the replication factor came from, for the claims'
     # reasons: empty for the bundled cluster (it runs with the typed settings), else the
     # external cluster's report and what it left unconfirmed (`_reported_by_cluster`).
@@ -283,17 +289,27 @@ def bug_switches_on(settings: Mapping[str, Any]) -> tuple[str, ...]:
                  if settings.get(name) is not None and _truthy(str(settings[name]), not unsafe) == unsafe)
 
 
-def with_faults(inputs: ClaimInputs, faults: frozenset[str]) -> ClaimInputs:
-    """`inputs` plus the fault kinds the run's history shows ran (nemesis ops are not in
-    the Parquet history: harness/history_parquet.py collects them while converting)."""
-    return replace(inputs, faults=inputs.faults | frozenset(faults))
+def with_faults(inputs: ClaimInputs, faults: frozenset[str],
+                nemesis_ops: tuple[Mapping[str, Any], ...] = ()) -> ClaimInputs:
+    """`inputs` plus the fault kinds the run's history shows ran and, from its nemesis op
+    lines (in history order), the crash periods (nemesis ops are not in the Parquet
+    history: harness/history_parquet.py collects both while converting)."""
+    crashes = crash_periods(nemesis_ops) if nemesis_ops else ()
+    return replace(inputs, faults=inputs.faults | frozenset(faults), crashes=inputs.crashes + crashes)
+
+
+def unflushed_down_at_once(inputs: ClaimInputs) -> DownAtOnce:
+    """The most brokers down at one moment from crashes that lost their unflushed data:
+    kills when log.crash.lose.unflushed=true, disk torn-crashes (power losses) always."""
+    return most_down_at_once(inputs.crashes, kills_lose_unflushed=inputs.lose_unflushed_on_crash)
 
 
 def loss_allowance(inputs: ClaimInputs) -> str | None:
     """The documented Kafka rule under which an acknowledged write may be lost in this run
     (configuration and the faults that ran), or None: then a lost write is a bug. Fails
     closed: what no rule below allows is bad. Sources: reference/kafka-reliability.md §1.1
-    (design.html §4.7, ProducerConfig's acks doc, KIP-966)."""
+    (design.html §4.7, ProducerConfig's acks doc, KIP-966, the log.flush.interval.messages
+    doc: durability rests on replication, not fsync)."""
     moved = sorted(inputs.faults & LEADERSHIP_FAULTS)
     if not moved:
         return None  # without a fault nothing replaces a leader: every acknowledged write stays
@@ -315,9 +331,6 @@ def loss_allowance(inputs: ClaimInputs) -> str | None:
                 "crashes losing its unflushed tail and is elected again")
     if (inputs.lose_unflushed_on_crash and kills
             and (inputs.min_insync_replicas <= 1 or inputs.replication_factor <= 1)):
-        # With eligible leader replicas (the default) and min ISR n ≥ 2 a loss needs n
-        # overlapping crashes of unflushed copies (KIP-966: n - 1 unclean shutdowns lose
-        # nothing); the history does not tell how many kills overlapped, so that stays bad.
         return (f"log.crash.lose.unflushed=true, kills ({', '.join(kills)}), "
                 f"min.insync.replicas={inputs.min_insync_replicas}, replication factor {inputs.replication_factor}: "
                 "design.html §4.7 and KIP-966, a lone in-sync copy that crashes loses its unflushed tail")
@@ -326,7 +339,32 @@ def loss_allowance(inputs: ClaimInputs) -> str | None:
         return (f"disk faults (torn-crash is a power loss), min.insync.replicas={inputs.min_insync_replicas}, "
                 f"replication factor {inputs.replication_factor}: design.html §4.7 and KIP-966, a lone in-sync copy "
                 "that loses power loses its unflushed tail")
+    down = unflushed_down_at_once(inputs)
+    if down.count >= inputs.min_insync_replicas >= 2 and inputs.replication_factor >= 2:
+        # Eligible leader replicas on (off is the rule above) and min ISR m >= 2: every
+        # acknowledged write is on at least m replicas, and one crash at a time loses nothing
+        # (KIP-966: a broker back from an unclean shutdown leaves every ISR and ELR, so only
+        # an intact copy leads). The write goes only when every copy that could lead lost it:
+        # at least m in-sync brokers crashing with their unflushed tails gone, at once. Kafka
+        # promises acks=all writes only "as long as at least one in sync replica remains
+        # alive" and rests durability on replication, not fsync (design.html §4.7; the
+        # log.flush.interval.messages doc). A necessary condition, not a proof: the history
+        # does not show the ISR, so m crashes are taken to be able to be the whole ISR.
+        why = "".join(("log.crash.lose.unflushed=true, " if set(down.kinds) - {"torn-crash"} else "",
+                       "disk torn-crash (a power loss), " if "torn-crash" in down.kinds else ""))
+        return (f"{why}{down.count} brokers down at once from unflushed crashes >= min ISR "
+                f"{inputs.min_insync_replicas} ({down.describe()}): design.html §4.7, an acks=all write survives "
+                "as long as one in-sync replica does, and with every copy that could lead crashed before its "
+                "fsync none keeps it (KIP-966: fewer overlapping crashes lose nothing)")
     return None
+
+
+def _down_note(inputs: ClaimInputs, allowance: str | None) -> str:
+    """The overlap of unflushed crashes, when some ran and the allowance does not say it."""
+    down = unflushed_down_at_once(inputs)
+    if not down.count or (allowance and "down at once" in allowance):
+        return ""
+    return f"; at most {down.count} broker(s) down at once from unflushed crashes ({down.describe()})"
 
 
 def claims_for(inputs: ClaimInputs) -> list[Claim]:
@@ -337,6 +375,7 @@ def claims_for(inputs: ClaimInputs) -> list[Claim]:
                       f"replication factor {inputs.replication_factor}, "
                       f"unclean.leader.election.enable={str(inputs.unclean_leader_election).lower()}, "
                       f"log.crash.lose.unflushed={str(inputs.lose_unflushed_on_crash).lower()}, faults run: {ran}"
+                      + _down_note(inputs, allowance)
                       + (f"; not claimed, {allowance}" if allowance else
                          "; no documented Kafka rule allows losing an acknowledged write here")
                       + (f"; {', '.join(inputs.bug_switches)} on: reproduces a Kafka bug, excuses nothing"

@@ -120,7 +120,7 @@ def prepare_run(run_dir: str | Path, run_id: str | None = None) -> PreparedRun:
     if stats.incomplete_ops:
         notes.append(f"{stats.incomplete_ops} operation(s) never completed; counted as unknown (info) outcomes")
     return PreparedRun(path=run_path, run_id=run_id, spec=spec, cluster_settings=cluster_settings,
-                       inputs=with_faults(inputs, stats.faults), conversion=stats, notes=notes)
+                       inputs=with_faults(inputs, stats.faults, stats.nemesis_ops), conversion=stats, notes=notes)
 
 
 def finish_run(run: PreparedRun, result):

@@ -84,6 +84,10 @@ class ConversionStats:
     # Client ops completed after the harness's final heal (the first nemesis op marked `heal`),
     # f → type → ops, or None when the history has no final heal (a run without faults).
     final_by_f: dict[str, dict[str, int]] | None = None
+    # Every nemesis op line in history order (f, time_ns, value, error, heal): the claims
+    # count the brokers down at once from crashes (checkers/crashes.py). A
+    # run has few (one per fault start or stop), so they are kept whole.
+    nemesis_ops: tuple[dict[str, Any], ...] = ()
 
 
 def iter_history_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, Op]]:
@@ -263,13 +267,17 @@ def history_tables(numbered_ops: Iterable[tuple[int, Op]], *, path: str | os.Pat
     buf = _RowBuffer()
     counts: dict[str, Any] = {"ops": 0, "rows": 0, "incomplete_ops": 0, "lines": 0}
     nemesis_starts: dict[str, list[int]] = {}
+    nemesis_ops: list[dict[str, Any]] = []
     final_by_f: dict[str, dict[str, int]] | None = None
     for number, op in numbered_ops:
         counts["lines"] += 1
         if op.process == NEMESIS:
             if final_by_f is None and op.extra.get("heal"):
                 final_by_f = {}  # the final phase starts at the final heal (harness/run.py)
-            # Left out of the table (not checked), but the claims need to know which faults ran.
+            # Left out of the table (not checked), but the claims need to know which faults ran,
+            # and which brokers they crashed when.
+            nemesis_ops.append({"f": op.f, "time_ns": op.time_ns, "value": op.value, "error": op.error,
+                                "heal": bool(op.extra.get("heal"))})
             if op.f.startswith("start-"):
                 clean_errored = nemesis_starts.setdefault(op.f[len("start-"):], [0, 0])
                 clean_errored[_failed_outright(op.error)] += 1
@@ -317,6 +325,7 @@ def history_tables(numbered_ops: Iterable[tuple[int, Op]], *, path: str | os.Pat
         stats.update(counts)
         stats["faults"] = faults_that_ran(nemesis_starts)
         stats["final_by_f"] = final_by_f
+        stats["nemesis_ops"] = tuple(nemesis_ops)
 
 
 def _failed_outright(error: Any) -> bool:
@@ -501,7 +510,7 @@ def convert_history(history_path: str | os.PathLike[str], out_dir: str | os.Path
     write_tables(tables, out_dir, run_id)
     return ConversionStats(lines=counts["lines"], ops=counts["ops"], rows=counts["rows"],
                            incomplete_ops=counts["incomplete_ops"], torn_tail=torn, faults=counts["faults"],
-                           final_by_f=counts["final_by_f"])
+                           final_by_f=counts["final_by_f"], nemesis_ops=counts["nemesis_ops"])
 
 
 def _has_torn_tail(path: str | os.PathLike[str]) -> bool:

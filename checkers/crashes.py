@@ -233,13 +233,21 @@ def most_down_at_once(periods: Iterable[CrashPeriod], *, kills_lose_unflushed: b
     (log.crash.lose.unflushed=true; otherwise a SIGKILL keeps the page cache). The first
     position where that many are down is the one described."""
     counted = [p for p in periods if p.power_loss or (kills_lose_unflushed and p.kind in KILL_KINDS)]
+    # A sweep over the positions: a period is down from its start to its end inclusive, so
+    # at one position the starts go before the ends (ends are placed half a line later).
+    events = sorted([(float(p.start), 0, i) for i, p in enumerate(counted)]
+                    + [(p.end + 0.5, 1, i) for i, p in enumerate(counted) if p.end is not None])
     best = DownAtOnce()
-    # Candidate moments: each period's start (the count only rises there).
-    for candidate in sorted(counted, key=lambda p: (p.start, p.node)):
-        x = candidate.start
-        down = [p for p in counted if p.start <= x and (p.end is None or x <= p.end)]
-        nodes = tuple(sorted({p.node for p in down}))
+    active: dict[int, CrashPeriod] = {}
+    for _, is_end, i in events:
+        if is_end:
+            active.pop(i, None)
+            continue
+        active[i] = counted[i]
+        # One broker's periods never overlap (a crash of a broker already down is not a new
+        # one), but count distinct brokers all the same.
+        nodes = tuple(sorted({p.node for p in active.values()}))
         if len(nodes) > best.count:
-            best = DownAtOnce(len(nodes), nodes, tuple(sorted({p.kind for p in down})),
-                              max(p.start_time_ns for p in down))
+            best = DownAtOnce(len(nodes), nodes, tuple(sorted({p.kind for p in active.values()})),
+                              max(p.start_time_ns for p in active.values()))
     return best

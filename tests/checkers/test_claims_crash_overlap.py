@@ -173,3 +173,26 @@ def test_the_overlap_is_recorded_in_the_inputs() -> None:
     d = unflushed_down_at_once(i)
     assert (d.count, d.nodes, d.kinds) == (2, (1, 2), ("kill",))
     assert with_faults(i, frozenset()).crashes == i.crashes  # nothing new read, nothing added
+
+
+def test_the_sweep_counts_what_a_brute_force_count_does() -> None:
+    import random
+
+    from checkers.crashes import CrashPeriod
+
+    rng = random.Random(7)
+    for _ in range(300):
+        periods, free_at = [], {}
+        for _ in range(rng.randint(0, 8)):
+            node = rng.randrange(5)
+            if free_at.get(node, 0) is None:
+                continue  # down to the end already
+            start = free_at.get(node, 0) + rng.randint(0, 4)  # one broker's periods never overlap
+            end = None if rng.random() < 0.2 else start + rng.randint(0, 4)
+            free_at[node] = None if end is None else end + 1
+            periods.append(CrashPeriod(node, rng.choice(["kill", "torn-crash", "brokers-down"]), start, end, start))
+        for lose in (True, False):
+            counted = [p for p in periods if lose or p.kind == "torn-crash"]
+            brute = max((len({p.node for p in counted if p.start <= x and (p.end is None or x <= p.end)})
+                         for x in range(0, 80)), default=0)
+            assert most_down_at_once(periods, kills_lose_unflushed=lose).count == brute, periods

@@ -7,10 +7,9 @@ unit tests now and by the deterministic simulator later.
 
 from __future__ import annotations
 
-import heapq
+from heapq import heappop, heappush
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 
 class VirtualClock:
@@ -47,45 +46,68 @@ class NodeClock:
         return self.shared.wall_ms() + self.skew_ms
 
 
-@dataclass(order=True)
+def _cancelled() -> None:
+    pass
+
+
 class VirtualTimer:
-    deadline_ns: int
-    sequence: int
-    callback: Callable[[], None] = field(compare=False)
-    cancelled: bool = field(default=False, compare=False)
+    """A pending callback at `deadline_ns`; timers due at one instant fire in `sequence` order."""
+
+    __slots__ = ("deadline_ns", "sequence", "callback", "cancelled")
+
+    def __init__(self, deadline_ns: int, sequence: int, callback: Callable[[], None]) -> None:
+        self.deadline_ns = deadline_ns
+        self.sequence = sequence
+        self.callback = callback
+        self.cancelled = False
 
     def cancel(self) -> None:
         self.cancelled = True
+        # A cancelled timer stays in the heap until its deadline; its callback is let go now.
+        # Callbacks often reach their own timer (a request's timeout closes over the request,
+        # which holds the timer): holding on would leave a reference cycle for the garbage
+        # collector to find, and keep what the callback reaches alive until the deadline.
+        self.callback = _cancelled
+
+    def __repr__(self) -> str:
+        state = " cancelled" if self.cancelled else ""
+        return f"VirtualTimer(deadline_ns={self.deadline_ns}, sequence={self.sequence}{state})"
 
 
 class VirtualScheduler:
     def __init__(self, clock: VirtualClock) -> None:
         self.clock = clock
         # Heap entries are (deadline_ns, sequence, timer): the same order as the timers' own,
-        # compared by C tuple comparison instead of the dataclass's Python __lt__ (the
-        # simulation pushes and pops one per message and timer; that __lt__ was ~7 % of a
-        # simulated run's CPU).
+        # compared by C tuple comparison instead of a Python __lt__ (the simulation pushes
+        # and pops one per message and timer; a dataclass's __lt__ was ~7 % of a simulated
+        # run's CPU).
         self._timers: list[tuple[int, int, VirtualTimer]] = []
-        self._sequence = itertools.count()
+        self._next_sequence = itertools.count().__next__
 
     def call_later(self, delay_ms: float, callback: Callable[[], None]) -> VirtualTimer:
-        deadline = self.clock.monotonic_ns() + int(max(delay_ms, 0.0) * 1_000_000)
-        timer = VirtualTimer(deadline, next(self._sequence), callback)
-        heapq.heappush(self._timers, (deadline, timer.sequence, timer))
+        deadline = self.clock._monotonic_ns + int(max(delay_ms, 0.0) * 1_000_000)
+        sequence = self._next_sequence()
+        timer = VirtualTimer(deadline, sequence, callback)
+        heappush(self._timers, (deadline, sequence, timer))
         return timer
 
     def call_at_ns(self, deadline_ns: int, callback: Callable[[], None]) -> VirtualTimer:
         """A timer at an absolute monotonic time (never in the past: at least now)."""
-        timer = VirtualTimer(max(deadline_ns, self.clock.monotonic_ns()), next(self._sequence), callback)
-        heapq.heappush(self._timers, (timer.deadline_ns, timer.sequence, timer))
+        now_ns = self.clock._monotonic_ns
+        if deadline_ns < now_ns:
+            deadline_ns = now_ns
+        sequence = self._next_sequence()
+        timer = VirtualTimer(deadline_ns, sequence, callback)
+        heappush(self._timers, (deadline_ns, sequence, timer))
         return timer
 
     def step(self) -> bool:
         """Fire the earliest pending timer, moving the clock to its deadline; False when no
         timer is pending. Lets another driver (the simulator's asyncio loop) interleave its
         own work between events on the same timeline."""
-        while self._timers:
-            timer = heapq.heappop(self._timers)[2]
+        timers = self._timers
+        while timers:
+            timer = heappop(timers)[2]
             if timer.cancelled:
                 continue
             self.clock._advance_to(timer.deadline_ns)
@@ -104,7 +126,7 @@ class VirtualScheduler:
         target = self.clock.monotonic_ns() + int(delta_ms * 1_000_000)
         fired = 0
         while self._timers and self._timers[0][0] <= target:
-            timer = heapq.heappop(self._timers)[2]
+            timer = heappop(self._timers)[2]
             if timer.cancelled:
                 continue
             self.clock._advance_to(timer.deadline_ns)

@@ -178,6 +178,12 @@ class SimTransport(asyncio.Transport):
         return default
 
 
+@dataclass(frozen=True, slots=True)
+class _ConnectFailed:
+    error: type[OSError]
+    reason: str
+
+
 class SimConnector(Connector):
     """Opens client connections from `source_host` over `network`; host names resolve through
     `names` (besides the nodes' own addresses)."""
@@ -210,20 +216,24 @@ class SimConnector(Connector):
             # Nothing listens there: the host's kernel answers the SYN with a reset.
             await asyncio.sleep(0)
             raise ConnectionRefusedError(f"connect to {address}:{port}: nothing listens there in the simulation")
-        opened: asyncio.Future[StreamConnection] = loop.create_future()
+        # The future's outcome is the stream or why it failed, never an exception object: an
+        # exception set on it would hold (through its traceback) this frame, which holds the
+        # future, a reference cycle per failed connect for the garbage collector (a client
+        # retrying dead brokers fails thousands of them).
+        opened: asyncio.Future[StreamConnection | _ConnectFailed] = loop.create_future()
         holder: list[SimTransport] = []
 
         def on_connected(stream: StreamConnection) -> None:
             if opened.done() or not stream.alive:
                 stream.close()  # the caller gave up (timed out) or the node died meanwhile
                 if not opened.done():
-                    opened.set_exception(ConnectionResetError(f"connection to {address}:{port} reset while opening"))
+                    opened.set_result(_ConnectFailed(ConnectionResetError, f"connection to {address}:{port} reset while opening"))
                 return
             opened.set_result(stream)
 
         def on_refused(reason: str) -> None:
             if not opened.done():
-                opened.set_exception(ConnectionRefusedError(reason))
+                opened.set_result(_ConnectFailed(ConnectionRefusedError, reason))
 
         def on_frame(frame: bytes) -> None:
             if holder:
@@ -233,10 +243,13 @@ class SimConnector(Connector):
             if holder:
                 holder[0].on_lost(reason)
             elif not opened.done():
-                opened.set_exception(ConnectionResetError(reason))
+                opened.set_result(_ConnectFailed(ConnectionResetError, reason))
 
         self._network.connect_stream(self._source_host, endpoint, on_frame, on_lost, on_connected, on_refused)
-        stream = await opened
+        outcome = await opened
+        if isinstance(outcome, _ConnectFailed):
+            raise outcome.error(outcome.reason)
+        stream = outcome
         protocol = protocol_factory()
         assert isinstance(protocol, asyncio.Protocol), f"only stream protocols are simulated, not {type(protocol).__name__}"
         transport = SimTransport(loop, protocol, stream, self._source_host, next(self._ports), self.trace, next(self._numbers))

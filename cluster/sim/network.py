@@ -706,17 +706,20 @@ class NodeScheduler:
             dead = VirtualTimer(0, -1, callback)
             dead.cancel()
             return dead
-        holder: list[VirtualTimer] = []
+        # The timer's own sequence number, known once it is set: `fire` reaches it through
+        # this list, not through the timer (a timer whose callback reaches the timer is a
+        # reference cycle, left for the garbage collector).
+        sequence: list[int] = []
 
         def fire() -> None:
-            self._timers.pop(holder[0].sequence, None)
+            self._timers.pop(sequence[0], None)
             if self.halted:
                 return
             if not self._network.hold_if_paused(self._host, lambda: None if self.halted else callback()):
                 callback()
 
         timer = self._scheduler.call_later(delay_ms, fire)
-        holder.append(timer)
+        sequence.append(timer.sequence)
         self._timers[timer.sequence] = timer
         return timer
 

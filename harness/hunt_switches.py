@@ -84,17 +84,28 @@ SWITCH_HUNTS: dict[str, list[str]] = {
 # assert only what a hunt does find. Run one with `logquake hunt` and its argv.
 #
 # Raft's Figure 8 (controller.quorum.commit.previous.epoch.by.count) needs one interleaving
-# (tests/cluster/quorum/test_unsafe_switches.py drives it step by step): a leader cut off with
-# some brokers appends a record its quorum never sees (it fences the brokers it no longer
-# hears); the others elect a leader whose LeaderChange at that offset reaches nobody before it
-# is cut off in turn; the first leader is re-elected with the third controller, which fetches
-# the old record alone (controller.quorum.fetch.max.bytes=1: one batch per fetch, as the seeded
-# test sets it); counting replicas commits it, and the leader must die before its own-epoch
-# record reaches the third, so that the second leader can win again and overwrite it. Faults
-# on brokers and controllers (a partition of a controller with some brokers makes the record),
-# link delays between controllers (they hold a LeaderChange or a fetch answer in flight, which
-# widens the windows from a round trip to the delay) and kills; the short timeouts of the vote
-# hunt so that the steps fit an 8-s run.
+# (tests/cluster/quorum/test_unsafe_switches.py drives it on the Raft cores): the leader A, cut
+# off, appends records alone (it fences the brokers it no longer hears); the other two elect
+# B, whose LeaderChange at that offset must never reach the third, C: B is cut off before it
+# does; A is re-elected with C, which fetches A's old records one batch a fetch
+# (controller.quorum.fetch.max.bytes=1); counting replicas commits them, and A must be cut off
+# before its own LeaderChange reaches C, so that B (its last record is newer) wins with C's
+# vote and truncates them. The simulated cluster shows it with faults a hunt draws:
+# tests/harness/test_hunt_quorum.py replays a fixed schedule of this entry (seed 1: a 100-ms
+# delay on every controller link, then partitions of 1002, 1000 and 1002), invalid
+# (metadata-committed-lost, -disagree) with the switch and clean without. The delay is what
+# widens each cut's window from 1.5 fetch round trips (~2 ms) to ~0.3 s (there: 1000 cut at
+# 2.5-2.7 s, 1002 at 4.0-4.2 s). A hunt does not reach that schedule: (1) two cuts at random
+# tenths of an 8-s run both land in their windows about once in 1,000 schedules; (2) those two
+# cuts must name the new leader and the re-elected one by node id, since the live
+# `active-controller` names only a leader whose LeaderChange is committed, which neither is
+# inside its window; (3) the link delay (~60-150 ms, little jitter, every controller link, the
+# whole run) is itself a rare draw. Seed 1 of this entry, `--budget 300`: no failure in 65
+# runs (303 s). Even given (2) and (3) (every example with that delay and up to 6 partitions of
+# the Raft leader, its LeaderChange committed or not, at random tenths: /tmp estimates, not
+# code here) 1 schedule in 25 showed it with seed 1. controller.quorum.fetch.max.wait.ms=100:
+# at the default 500, the fetch timeout here, followers time out on every long poll, and a
+# link delay then keeps the quorum in split votes.
 UNFOUND_HUNTS: dict[str, list[str]] = {
     # A Produce lost on the client's link to its leader is retransmitted by TCP after 200 ms,
     # past the send's 150-ms message timeout: meanwhile the producer aborts through the

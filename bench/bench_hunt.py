@@ -13,6 +13,7 @@ printed at the start and the end: the machine is shared, and a run's wall time f
     python -m bench.bench_hunt                     # every switch, seeds 1-5
     python -m bench.bench_hunt --switch log.crash.lose.unflushed --seeds 3 --budget 120
     python -m bench.bench_hunt --switch unclean.leader.election.enable --safe-examples 20
+    python -m bench.bench_hunt --switch eligible.leader.replicas.version --first-seed 3 --seeds 2
 
 The switches and their hunts are in harness/hunt_switches.py (which says why the others
 are not there): SWITCH_HUNTS stop at an invalid verdict; FIND_HUNTS (`--find`) at a run
@@ -74,6 +75,9 @@ def run_hunt(hunt_argv: list[str], seed: int, budget_s: float, max_shrinks: int 
             return {"seed": seed, "code": code, "found": False, "wall_s": wall_s,
                     "examples": out.getvalue().count("logquake hunt: #")}
         info = json.loads(found[0].read_text())
+        if "error" in info:  # a simulated run raised (exit 255): a harness bug, not a finding
+            return {"seed": seed, "code": code, "found": False, "wall_s": wall_s, "examples": info["examples"],
+                    "error": info["error"], "crash_faults": info["faults"]}
         return {"seed": seed, "code": code, "found": True, "first_failure_s": info["first_failure_s"],
                 "search_and_shrink_s": info["search_and_shrink_s"], "examples": info["examples"],
                 "first_failure_example": info["first_failure_example"], "wall_s": wall_s,
@@ -85,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--switch", action="append", choices=sorted(SWITCHES), help="only this switch (repeatable)")
     parser.add_argument("--seeds", type=int, default=5, help="seeds 1..N per switch (default 5)")
+    parser.add_argument("--first-seed", type=int, default=1, help="start the seeds here instead of 1")
     parser.add_argument("--budget", type=float, default=120.0, help="each hunt's wall budget, s (default 120)")
     parser.add_argument("--max-shrinks", type=int, default=None, help="cap the shrink by runs (default: the budget)")
     parser.add_argument("--safe-examples", type=int, default=0,
@@ -105,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
           flush=True)
     for switch in switches:
         rows = []
-        for seed in range(1, args.seeds + 1):
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
             row = hunt_once(switch, seed, args.budget, args.max_shrinks)
             rows.append(row)
             if row["found"]:
@@ -117,6 +122,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{switch} seed {seed}: found after {row['first_failure_s']:.1f} s (run {row['first_failure_example']}), "
                       f"found and shrunk in {row['search_and_shrink_s']:.1f} s ({row['examples']} runs), exit {row['code']}, "
                       f"replay {replay}; minimal: {minimal}; load {load()}", flush=True)
+            elif "error" in row:
+                faults = "; ".join(describe(Fault.from_json(f)) for f in row["crash_faults"])
+                print(f"{switch} seed {seed}: HARNESS ERROR at run {row['examples']} (exit {row['code']}): "
+                      f"{row['error']}; schedule: {faults}; load {load()}", flush=True)
             else:
                 print(f"{switch} seed {seed}: NOT found within {args.budget:g} s ({row['examples']} runs, exit "
                       f"{row['code']}); load {load()}", flush=True)

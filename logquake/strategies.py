@@ -25,6 +25,15 @@ other brokers, and the partition package places the controllers by its node_kind
 on its monotonic clock, and its disk has no fault door. Without "controller" in node_kinds
 (the default) a schedule is drawn exactly as before.
 
+Starts are anchored (`anchored=True`, the default): about half of the faults after the first
+start from an earlier fault of the schedule instead of anywhere in the run, at its start or
+inside it, or at or after its end, by an offset of 0, up to a second, or up to the longest
+fault. The losses hunts look for need faults that overlap or follow closely (a kill inside a
+pause, a second cut soon after a partition), which starts drawn independently over the run
+rarely give. A drawn schedule is still plain faults with absolute times (the anchor is how it
+was drawn, not part of it); the anchor shrinks toward none and its offset toward 0.
+`anchored=False` draws every start on its own, as before.
+
 The strategy is built to shrink well: Hypothesis deletes faults (fewer), lowers times and
 durations toward 0 (earlier, shorter, in steps of 0.1 s), and targets shrink toward the
 fewest brokers with the lowest ids, explicit ids before live specs; link targets toward one
@@ -48,7 +57,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from hypothesis import strategies as st
@@ -467,14 +476,16 @@ def fault_schedules(brokers: Sequence[int] | int = 3, time_limit_s: float = 60.0
                     *, max_faults: int = 4, max_duration_s: float | None = None,
                     live_targets: bool = True,
                     max_targets: Mapping[str, int] | None = None, controllers: Sequence[int] | int = 1,
-                    node_kinds: Sequence[str] = ("broker",), live_links: Sequence[str] = ()) -> st.SearchStrategy[tuple[Fault, ...]]:
+                    node_kinds: Sequence[str] = ("broker",), live_links: Sequence[str] = (),
+                    anchored: bool = True) -> st.SearchStrategy[tuple[Fault, ...]]:
     """Schedules of up to `max_faults` faults of `kinds` on `brokers` (a count or the ids),
     each starting within the main phase of `time_limit_s` simulated seconds. Shrinks to
     fewer, earlier, shorter faults on fewer and lower brokers. `max_targets` bounds, per
     kind, the nodes one fault takes ({"kill": 1}: one node down at a time, since a kind
     holds one fault at a time). `node_kinds` ("broker", "controller" or both) says whether
     kill, pause, partition and link faults also take the `controllers` of a metadata quorum
-    (a count or the node ids; the module docstring says how). `live_links` (LIVE_LINK_SPECS)
+    (a count or the node ids; the module docstring says how). `anchored` lets a fault start
+    from an earlier one (the module docstring says how). `live_links` (LIVE_LINK_SPECS)
     are drawn by the link kinds besides explicit links: "client>primary" holds the client's
     requests to the busiest leader and not those to a coordinator elsewhere."""
     kinds = tuple(kinds)
@@ -494,7 +505,52 @@ def fault_schedules(brokers: Sequence[int] | int = 3, time_limit_s: float = 60.0
     one = st.one_of(*(faults(k, brokers, time_limit_s, max_duration_s=max_duration_s, live_targets=live_targets,
                              max_targets=bounds.get(k), controllers=controllers, node_kinds=node_kinds,
                              live_links=live_links if k in LINK_KINDS else ()) for k in kinds))
-    return st.lists(one, min_size=1, max_size=max_faults).map(tuple)
+    if not anchored or max_faults == 1:
+        return st.lists(one, min_size=1, max_size=max_faults).map(tuple)
+    longest = time_limit_s if max_duration_s is None else min(max_duration_s, time_limit_s)
+    drafts = st.tuples(one, _anchors(max_faults, longest))
+    return st.lists(drafts, min_size=1, max_size=max_faults).map(lambda d: _place(d, time_limit_s))
+
+
+# How a fault's start may follow an earlier fault of its schedule (`anchored`): from within it
+# (offset from its start, held inside it) or after its end (offset from its end).
+ANCHOR_MODES: tuple[str, ...] = ("inside", "after")
+Anchor = tuple[int, str, int]  # (which earlier fault, counted back from the one anchored; mode; offset in tenths)
+
+
+def _anchors(max_faults: int, longest_s: float) -> st.SearchStrategy[Anchor | None]:
+    """No anchor (the start drawn on its own, what shrinking tends to), or an earlier fault
+    to start from. The losses the hunts look for need faults that overlap or follow closely
+    (a kill inside a pause, a cut just after a partition); starts drawn uniformly over the
+    run rarely do. The offset is 0 (the same instant as the other fault's start or end: some
+    windows are shorter than a tenth, e.g. a kill within a flush interval of a pause), within
+    a second (timeouts and elections), or anywhere up to the longest fault, about a third of
+    the time each, and shrinks toward 0."""
+    top = int(round(longest_s / STEP_S))
+    if top < 1:
+        offsets: st.SearchStrategy[int] = st.just(0)
+    else:
+        offsets = st.one_of(st.just(0), st.integers(1, min(10, top)), st.integers(0, top))
+    return st.one_of(st.none(), st.tuples(st.integers(0, max_faults - 2), st.sampled_from(ANCHOR_MODES), offsets))
+
+
+def _place(drafts: list[tuple[Fault, Anchor | None]], time_limit_s: float) -> tuple[Fault, ...]:
+    """The schedule's faults with each anchored start resolved against the fault it names
+    (already placed), kept within the main phase."""
+    last_tenth = int(round(time_limit_s / STEP_S)) - 1
+    placed: list[Fault] = []
+    for fault, anchor in drafts:
+        if anchor is not None and placed:
+            back, mode, offset = anchor
+            base = placed[-1 - back % len(placed)]
+            start_tenths, duration_tenths = int(round(base.start_s / STEP_S)), int(round(base.duration_s / STEP_S))
+            if mode == "inside":
+                tenths = start_tenths + min(offset, duration_tenths - 1)
+            else:
+                tenths = start_tenths + duration_tenths + offset
+            fault = replace(fault, start_s=round(min(tenths, last_tenth) * STEP_S, 1))
+        placed.append(fault)
+    return tuple(placed)
 
 
 def workload_parameters(max_rate_hz: float = 100.0, max_concurrency: int = 5, *,

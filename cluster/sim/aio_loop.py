@@ -17,6 +17,7 @@ do with the outside world (sockets, executors, subprocesses, signals, threads) r
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import itertools
 import math
@@ -77,10 +78,37 @@ class _OrderedFuture(asyncio.Future):  # type: ignore[type-arg]
         return self._sequence_number
 
 
+class _Handle(asyncio.Handle):
+    """asyncio.Handle as the loop makes it outside debug mode, without asking the loop for its
+    debug flag on every creation (a simulated minute makes ~100,000 of them)."""
+
+    __slots__ = ()
+
+    def __init__(self, callback: Callable[..., object], args: tuple[Any, ...], loop: asyncio.AbstractEventLoop,
+                 context: contextvars.Context | None = None) -> None:
+        self._context = context if context is not None else contextvars.copy_context()
+        self._loop = loop
+        self._callback = callback
+        self._args = args
+        self._cancelled = False
+        self._repr = None
+        self._source_traceback = None
+
+
 class _VirtualTimerHandle(asyncio.TimerHandle):
     __slots__ = ("_virtual",)
 
     _virtual: VirtualTimer | None
+
+    def __init__(self, when: float, callback: Callable[..., object], args: tuple[Any, ...], loop: asyncio.AbstractEventLoop,
+                 context: contextvars.Context | None = None) -> None:
+        if loop.get_debug():
+            super().__init__(when, callback, args, loop, context)
+        else:  # as TimerHandle's, without asking for the debug flag twice
+            _Handle.__init__(self, callback, args, loop, context)  # type: ignore[arg-type]
+            self._when = when
+            self._scheduled = False
+        self._virtual = None
 
 
 class _VirtualSelector:
@@ -111,6 +139,7 @@ class SimEventLoop(asyncio.BaseEventLoop):
     def __init__(self, scheduler: VirtualScheduler, connector: Connector) -> None:
         super().__init__()
         self._scheduler = scheduler
+        self._clock = scheduler.clock
         self._connector = connector
         self._selector = _VirtualSelector(self)
         # Timers are exact on the virtual clock: a timer fires at its deadline, never early.
@@ -134,22 +163,22 @@ class SimEventLoop(asyncio.BaseEventLoop):
     # ---- time ------------------------------------------------------------------------------
 
     def time(self) -> float:
-        return self._scheduler.clock.monotonic_ns() / 1e9
+        return self._clock.monotonic_ns() / 1e9
 
     def now_ns(self) -> int:
         """The virtual time, exact (for traces: `time()` is a float)."""
-        return self._scheduler.clock.monotonic_ns()
+        return self._clock.monotonic_ns()
 
     def call_later(self, delay: float, callback: Callable[..., object], *args: Any, context: Any = None) -> asyncio.TimerHandle:
         if delay is None:
             raise TypeError("delay must not be None")
-        now_ns = self._scheduler.clock.monotonic_ns()
+        now_ns = self._clock.monotonic_ns()
         return self._timer_at_ns(now_ns / 1e9 + max(delay, 0.0), now_ns + max(1, math.ceil(delay * 1e9)), callback, args, context)
 
     def call_at(self, when: float, callback: Callable[..., object], *args: Any, context: Any = None) -> asyncio.TimerHandle:
         if when is None:
             raise TypeError("when cannot be None")
-        now_ns = self._scheduler.clock.monotonic_ns()
+        now_ns = self._clock.monotonic_ns()
         return self._timer_at_ns(when, max(math.ceil(when * 1e9), now_ns + 1), callback, args, context)
 
     # Every timer fires at least 1 ns after it was set, never at the instant that set it. On
@@ -181,6 +210,32 @@ class SimEventLoop(asyncio.BaseEventLoop):
             handle._virtual.cancel()
             handle._virtual = None
         handle._scheduled = False
+
+    # ---- the loop's turn ---------------------------------------------------------------------
+
+    def call_soon(self, callback: Callable[..., object], *args: Any, context: Any = None) -> asyncio.Handle:
+        if self._debug:
+            return super().call_soon(callback, *args, context=context)
+        if self._closed:
+            raise RuntimeError("Event loop is closed")
+        handle = _Handle(callback, args, self, context)
+        self._ready.append(handle)
+        return handle
+
+    def _run_once(self) -> None:
+        """BaseEventLoop._run_once for this loop, outside debug mode: its own timer heap is
+        always empty (timers live on the scheduler) and there are no I/O events, so a turn is
+        the selector's (run simulator events until a callback is ready, or count a spin), then
+        every callback that was ready, in order."""
+        if self._debug:
+            super()._run_once()
+            return
+        ready = self._ready
+        self._selector.select(0 if ready or self._stopping else None)
+        for _ in range(len(ready)):
+            handle = ready.popleft()
+            if not handle._cancelled:
+                handle._run()
 
     def _run_events_until_ready(self) -> None:
         while not self._ready and not self._stopping:

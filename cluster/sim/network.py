@@ -58,6 +58,7 @@ same draws as before they existed.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import struct
@@ -358,6 +359,11 @@ class VirtualNetwork:
 
     # ---- delivery ---------------------------------------------------------------------
 
+    def _may_duplicate(self) -> bool:
+        """Whether a request sent now needs its way of being duplicated: only a link fault
+        duplicates (without one, none is drawn)."""
+        return bool(self._link_faults or self._node_faults)
+
     def _latency_ms(self) -> float:
         return self._min_latency_ms + (self._max_latency_ms - self._min_latency_ms) * self._rng.random()
 
@@ -368,7 +374,8 @@ class VirtualNetwork:
         arrives early waits for those before it). `segment` says how TCP treats a loss:
         "data" and "syn" are retransmitted, "rst" is not. `copy`, for requests, is how a
         copy is delivered when the link duplicates the request."""
-        if self.is_blocked(from_host, to_host):
+        # The checks below are written out, not called: this runs for every message.
+        if self._blocked and (from_host, to_host) in self._blocked:
             self.messages_dropped += 1
             return
         sequence = -1
@@ -378,8 +385,8 @@ class VirtualNetwork:
                 order = self._orders[channel] = _ChannelOrder()
             sequence = order.next_sent
             order.next_sent += 1
-        delay_ms = self._latency_ms()
-        fault = self._fault_on(from_host, to_host)
+        delay_ms = self._min_latency_ms + (self._max_latency_ms - self._min_latency_ms) * self._rng.random()
+        fault = self._fault_on(from_host, to_host) if self._link_faults or self._node_faults else None
         if fault is not None:
             delay_ms += self._path_delay_ms(fault)
             if not (copy is not None and fault.duplicate > 0 and self._rng.random() < fault.duplicate):
@@ -405,7 +412,7 @@ class VirtualNetwork:
         retransmission after it (as TCP's would)."""
         if message.channel is not None and message.channel not in self._orders:
             return  # its connection is gone: nothing waits for it
-        fault = self._fault_on(message.from_host, message.to_host)
+        fault = self._fault_on(message.from_host, message.to_host) if self._link_faults or self._node_faults else None
         if fault is not None and fault.loss > 0 and self._rng.random() < fault.loss:
             if message.segment == "rst":
                 self.fault_stats.rst_lost += 1  # a RST is not resent: the peer's timeout decides
@@ -422,7 +429,7 @@ class VirtualNetwork:
             self.scheduler.call_later(rto_ms, lambda: self._transmit(message))
             return
         arrival_ns = self.scheduler.clock.monotonic_ns() + int(message.delay_ms * 1_000_000)
-        self.scheduler.call_at_ns(arrival_ns, lambda: self._arrive_in_order(message))
+        self.scheduler.call_at_ns(arrival_ns, functools.partial(self._arrive_in_order, message))
         if message.copy is not None:
             # The copy rides a connection of its own, so it waits for nothing; it arrives
             # within one minimum latency of the original: its sender cannot have acted on
@@ -444,12 +451,15 @@ class VirtualNetwork:
 
     def _land(self, from_host: str, to_host: str, action: Callable[[], None]) -> None:
         # A partition that began while the message was in flight drops it too.
-        if self.is_blocked(from_host, to_host):
+        if self._blocked and (from_host, to_host) in self._blocked:
             self.messages_dropped += 1
             return
         self.messages_delivered += 1
-        if not self.hold_if_paused(to_host, action):
+        held = self._held.get(to_host) if self._held else None
+        if held is None:
             action()
+        else:
+            held.append(action)
 
     def send(self, source_host: str, destination: Endpoint, api_key: int, api_version: int, body: Any,
              on_done: Callable[[OutboundResult], None], timeout_ms: int) -> None:
@@ -476,7 +486,7 @@ class VirtualNetwork:
         connection.calls.append(call)
         generation = connection.generation
         self._deliver(source_host, destination.host, lambda: self._arrive(connection, generation, call), (generation, "request"),
-                      copy=lambda: self._arrive_copy(connection, generation, call))
+                      copy=(lambda: self._arrive_copy(connection, generation, call)) if self._may_duplicate() else None)
 
     def connect_stream(self, source_host: str, destination: Endpoint, on_frame: Callable[[bytes], None], on_lost: Callable[[str], None],
                        on_connected: Callable[[StreamConnection], None], on_refused: Callable[[str], None]) -> None:
@@ -507,11 +517,11 @@ class VirtualNetwork:
             api_key, api_version, correlation_id = peek_header(frame[4:])
         except RequestError:
             api_key, api_version, correlation_id = -1, -1, -1  # the server will refuse it
-        call = _Call(correlation_id, api_key, api_version, frame, lambda _: None, on_frame=on_frame)
+        call = _Call(correlation_id, api_key, api_version, frame, _ignore_result, on_frame=on_frame)
         connection.calls.append(call)
         generation = connection.generation
         self._deliver(connection.source_host, connection.destination.host, lambda: self._arrive(connection, generation, call), (generation, "request"),
-                      copy=lambda: self._arrive_copy(connection, generation, call))
+                      copy=(lambda: self._arrive_copy(connection, generation, call)) if self._may_duplicate() else None)
 
     def close(self, source_host: str, destination: Endpoint) -> None:
         connection = self._connections.pop((source_host, destination.host, destination.port, destination.channel), None)
@@ -715,8 +725,11 @@ class NodeScheduler:
             self._timers.pop(sequence[0], None)
             if self.halted:
                 return
-            if not self._network.hold_if_paused(self._host, lambda: None if self.halted else callback()):
+            held = self._network._held.get(self._host) if self._network._held else None
+            if held is None:
                 callback()
+            else:  # paused: it fires when the node resumes, unless it crashed meanwhile
+                held.append(lambda: None if self.halted else callback())
 
         timer = self._scheduler.call_later(delay_ms, fire)
         sequence.append(timer.sequence)

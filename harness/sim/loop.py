@@ -238,6 +238,9 @@ class SimInterpreter(OpRecorder):
 
     def _expire_stuck(self, gen_: Any) -> Any:
         now = self.now_ns()
+        # Asked on every turn of the loop: nothing to sort when no op is overdue.
+        if not self._outstanding or min(o.started_ns for o in self._outstanding.values()) > now - self.op_timeout_ns:
+            return gen_
         for thread, outstanding in sorted(self._outstanding.items(), key=lambda item: str(item[0])):
             if now - outstanding.started_ns >= self.op_timeout_ns:
                 gen_ = self._force_complete(gen_, thread, f"no completion within {self.op_timeout_ns / NS_PER_S:g} s")

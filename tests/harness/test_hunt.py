@@ -24,7 +24,9 @@ from harness.hunt_switches import SWITCH_HUNTS, without_switch
 # Short simulated runs: 2 s of main phase at 50 ops/s from 2 clients.
 SMALL = ["--nemesis", "kill", "--time-limit", "2", "--final-time-limit", "3", "--quiet-period", "0.5", "--rate", "50",
          "--concurrency", "2", "--max-faults", "2", "--seed", "5", "--budget", "400"]
-BUGGY = ["--cluster-config", "replica.truncate.to.high.watermark=true"]
+# Seed 1 finds the truncation's loss at run 3 and shrinks it within 8 runs (seed 5 took 10
+# runs to find it and 15 in all, 122 s of this test against 65 s for the old hunt).
+BUGGY = ["--cluster-config", "replica.truncate.to.high.watermark=true", "--seed", "1"]
 
 
 def _lines(text: str, prefix: str) -> list[str]:

@@ -11,10 +11,11 @@ The three transaction switches are hunted on the simulated transactional workloa
 transactional producer is workloads/clients/kio_txn_producer.py (librdkafka's transaction
 manager on our protocol layer; aiokafka 0.14's could show neither of the last two):
 `transaction.lso.ignore.open.transactions` needs no fault; `transaction.partition.verification.enable=false`
-(in UNFOUND_HUNTS: its hunt has not found it yet) needs a Produce that reaches its partition after its transaction was aborted with the epoch
+needs a Produce that reaches its partition after its transaction was aborted with the epoch
 still current, which a client's timed-out Produce does when link faults hold it up between
 the client and the leader but not the abort's EndTxn (the producer then aborts, and bumps its
-epoch, without waiting for it, as librdkafka does); `transaction.offset.commit.skip.generation.check=true`
+epoch, without waiting for it, as librdkafka does): its hunt draws the live link target
+client>primary (`--live-links`); `transaction.offset.commit.skip.generation.check=true`
 needs a copier that lost its partitions and still commits its offsets, which the eos
 workload's stalled copies are (`stall_p`: past max.poll.interval.ms, with TxnOffsetCommit v3
 carrying the generation the copy was polled in).
@@ -57,6 +58,23 @@ SWITCH_HUNTS: dict[str, list[str]] = {
         "--workload", "eos", "--workload-option", "stall_p=0.2", "--nemesis", "pause", "--time-limit", "12",
         "--final-time-limit", "10", "--quiet-period", "1", "--rate", "50", "--concurrency", "5", "--max-faults", "1",
         "--cluster-config", "transaction.offset.commit.skip.generation.check=true"],
+    # A Produce lost on the client's link to its leader is retransmitted by TCP 200 ms later;
+    # its request (100 ms) and its message (100 ms) have timed out by then, and the producer
+    # has aborted through the coordinator (whose own requests got through) and bumped its
+    # epoch: the late Produce opens a transaction on the partition that the producer's next
+    # commit there commits (G1a), or that hangs the LSO (unseen). With a 150-ms message
+    # timeout the abort had 50 ms to finish before the retransmission, and a fault often
+    # showed nothing. Loss, not delay: it strikes message by message, so a Produce is held
+    # while the EndTxn is not. The link is drawn as the live target client>primary (the
+    # client's link to the busiest leader, --live-links) besides explicit link sets: over all
+    # 18 directed links the right shape was rare (seed 1 found nothing in 23 and 83 runs; the
+    # entry's history in README "What a hunt can find").
+    "transaction.partition.verification.enable": [
+        "--workload-option", "txn=true", "--nemesis", "link-loss", "--live-links", "client>primary",
+        "--time-limit", "6", "--final-time-limit", "5", "--quiet-period", "1", "--rate", "100", "--concurrency", "5",
+        "--max-faults", "2",
+        "--client-config", "request.timeout.ms=100", "--client-config", "message.timeout.ms=100",
+        "--cluster-config", "transaction.partition.verification.enable=false"],
     # The metadata quorum's vote switch (three controllers, faults on the controllers only:
     # node_kinds=controller). The loss needs a controller left behind while the other two
     # commit metadata, then their leader gone: a partition cutting two controllers off from
@@ -108,23 +126,6 @@ SWITCH_HUNTS: dict[str, list[str]] = {
 # at the default 500, the fetch timeout here, followers time out on every long poll, and a
 # link delay then keeps the quorum in split votes.
 UNFOUND_HUNTS: dict[str, list[str]] = {
-    # A Produce lost on the client's link to its leader is retransmitted by TCP after 200 ms,
-    # past the send's 150-ms message timeout: meanwhile the producer aborts through the
-    # coordinator (whose own messages got through) and bumps its epoch; the late Produce then
-    # opens a transaction on the partition that the producer's next commit there commits
-    # (G1a), or that hangs the LSO. Loss rather than delay: it strikes message by message, so
-    # a Produce can be held while its EndTxn is not on any set of links the hunt draws.
-    # Not found yet: seed 1 found nothing in 23 runs (2 faults, 921 s) nor in 83 runs (up to 4
-    # faults, --max-faults 4, 1,105 s); link-delay with a 250-ms message timeout: 42 runs;
-    # pause: 33 runs (a pause holds the abort's markers behind the Produce: it cannot show
-    # this). The schedule must hold the client's Produce to a leader but not the abort's
-    # requests to the coordinator, and the strategy draws link sets over all 18 links. A fixed
-    # schedule of that shape shows it: tests/harness/test_sim_txn_switches.py.
-    "transaction.partition.verification.enable": [
-        "--workload-option", "txn=true", "--nemesis", "link-loss", "--time-limit", "6",
-        "--final-time-limit", "5", "--quiet-period", "1", "--rate", "100", "--concurrency", "5", "--max-faults", "2",
-        "--client-config", "request.timeout.ms=100", "--client-config", "message.timeout.ms=150",
-        "--cluster-config", "transaction.partition.verification.enable=false"],
     "controller.quorum.commit.previous.epoch.by.count": [
         "--controllers", "3", "--nemesis-option", "node_kinds=controller", "--nemesis", "partition,link-delay",
         "--time-limit", "8", "--final-time-limit", "4", "--quiet-period", "1", "--rate", "50", "--concurrency", "3",

@@ -593,7 +593,7 @@ class VirtualNetwork:
             connection.alive = False  # its sender discards the answer and closes it
             return
         if response.chunks:
-            frame = b"".join(bytes(chunk) for chunk in response.chunks)
+            frame = b"".join(response.chunks)  # bytes-like chunks (memoryviews of a log), joined in one copy
             self._deliver(connection.destination.host, connection.source_host, lambda: self._answer(connection, generation, call, frame), (generation, "response"))
         elif response.chunks is None and not response.close_connection:
             # acks=0: nothing comes back; the caller is told it was sent.

@@ -94,3 +94,30 @@ def test_connections_refused_by_a_dead_broker_leave_no_cycles(collector_off: Non
     # Before: ~70 unreachable objects per refused connection (the exception set on the
     # connect's future held, through its traceback, the frame holding that future).
     assert unreachable_cycles() < 200
+
+
+def test_the_heap_is_frozen_while_the_loop_runs_and_thawed_after() -> None:
+    from cluster.sim.aio_runtime import SimAsyncio
+
+    sim = SimCluster(1, seed=4)
+    sim.run_until(lambda: all(b.ready for b in sim.running_brokers()), 10_000, what="brokers ready")
+    seen: list[int] = []
+
+    async def look() -> None:
+        seen.append(gc.get_freeze_count())
+        await asyncio.sleep(1)
+
+    assert gc.get_freeze_count() == 0
+    with SimAsyncio(sim) as runtime:
+        runtime.run(look(), timeout_s=10)
+        assert seen[0] > 0, "what existed before the loop is out of the collector's sight while it runs"
+        assert gc.get_freeze_count() == 0, "and back in it after"
+        # Someone else's freeze is theirs: left as it is, not undone.
+        gc.freeze()
+        try:
+            before = gc.get_freeze_count()
+            runtime.run(look(), timeout_s=10)
+            assert seen[1] == before, "nothing more was frozen"
+            assert gc.get_freeze_count() > 0, "nor thawed"
+        finally:
+            gc.unfreeze()

@@ -121,3 +121,26 @@ def test_the_heap_is_frozen_while_the_loop_runs_and_thawed_after() -> None:
             assert gc.get_freeze_count() > 0, "nor thawed"
         finally:
             gc.unfreeze()
+
+
+def test_cancelled_timers_do_not_pile_up_and_the_rest_fire_in_order() -> None:
+    from cluster.runtime.virtual_time import PURGE_MIN_CANCELLED
+
+    scheduler = VirtualScheduler(VirtualClock())
+    draw = random.Random(7)
+    fired: list[tuple[int, int]] = []
+    live: list[tuple[int, int]] = []
+    largest_heap = 0
+    for i in range(20_000):
+        delay_ms = draw.choice((5, 5, 10, 30_000)) + draw.randrange(3)  # ties at one deadline too
+        timer = scheduler.call_later(delay_ms, lambda i=i, d=delay_ms: fired.append((d, i)))
+        if draw.random() < 0.9:  # most timers are cancelled (timeouts of answered requests)
+            timer.cancel()
+            timer.cancel()  # twice is once
+        else:
+            live.append((delay_ms, i))
+        largest_heap = max(largest_heap, len(scheduler._timers))
+    assert largest_heap <= 2 * len(live) + 2 * PURGE_MIN_CANCELLED, "cancelled entries were not purged"
+    while scheduler.step():
+        pass
+    assert fired == sorted(live), "purging changed which timers fire or their order"

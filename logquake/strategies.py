@@ -17,8 +17,9 @@ Controllers (a metadata quorum, `--controllers 3` or 5): with `node_kinds` namin
 "controller" (the nemesis option node_kinds=broker,controller of `logquake test`), kill,
 pause and partition also take controller node ids (1000, 1001, ...) and the live spec
 "active-controller" (the quorum's leader when the fault starts; as a partition, it cut off
-from every other node), and link faults take the links between controllers and between a
-controller and a broker. A partition whose set holds a controller (or every broker) cuts it
+from every other node), and, only when `live_nodes` asks for it, "raft-leader" (the leader
+of the highest Raft epoch, its LeaderChange committed or not), and link faults take the
+links between controllers and between a controller and a broker. A partition whose set holds a controller (or every broker) cuts it
 from every other node, brokers and controllers alike; a set of brokers only is cut from the
 other brokers, and the partition package places the controllers by its node_kinds option
 (with "controller" they reach every node; by default they stay with the brokers' majority). Clock and disk faults stay on brokers: a controller's elections run
@@ -88,6 +89,12 @@ PARTITION_LIVE_SPECS: tuple[str, ...] = ("primary", "primaries")
 # The quorum's leader, resolved when the fault starts (nemeses.targets): kill and pause take
 # it as a node, partition as a topology cutting it off from every other node.
 CONTROLLER_LIVE_SPECS: tuple[str, ...] = ("active-controller",)
+# Live controller specs drawn only when a schedule asks for them (`live_nodes`): the Raft
+# leader, the leader of the highest epoch whether its LeaderChange is committed or not
+# (nemeses.targets). Cutting a leader off inside the window between its election and its
+# LeaderChange reaching the others (Raft's Figure 8) needs it: active-controller names
+# only a leader that has committed it.
+LIVE_NODE_SPECS: tuple[str, ...] = ("raft-leader",)
 CONTROLLER_KINDS: tuple[str, ...] = ("kill", "pause", "partition", *LINK_KINDS)
 # nemeses.targets.NODE_KINDS and cluster.sim.cluster.CONTROLLER_ID, spelled out as above.
 NODE_KIND_NAMES: tuple[str, ...] = ("broker", "controller")
@@ -136,7 +143,7 @@ class Fault:
         if isinstance(self.targets, str):
             live = PARTITION_LIVE_SPECS if self.kind == "partition" else NODE_LIVE_SPECS
             if self.kind in CONTROLLER_KINDS:
-                live += CONTROLLER_LIVE_SPECS
+                live += CONTROLLER_LIVE_SPECS + LIVE_NODE_SPECS
             if self.targets not in live:
                 raise ValueError(f"{self.kind} targets {self.targets!r}: a live spec is one of {', '.join(live)}")
         elif not self.targets:
@@ -385,6 +392,18 @@ def _live_links(names: Sequence[str], node_kinds: Sequence[str]) -> list[str]:
     return [n for n in LIVE_LINK_SPECS if n in names]
 
 
+def _live_nodes(names: Sequence[str], quorum: Sequence[int]) -> tuple[str, ...]:
+    """`names` in LIVE_NODE_SPECS order; ValueError for an unknown one, or without a
+    quorum's controllers among the targets (they name a controller)."""
+    unknown = [n for n in names if n not in LIVE_NODE_SPECS]
+    if unknown:
+        raise ValueError(f"live nodes {', '.join(unknown)}: choose from {', '.join(LIVE_NODE_SPECS)}")
+    if names and not quorum:
+        raise ValueError(f"live nodes {', '.join(names)} name a controller of a metadata quorum: node_kinds must name "
+                         "controller (with --controllers 3 or 5)")
+    return tuple(n for n in LIVE_NODE_SPECS if n in names)
+
+
 def _at_most(brokers: Sequence[int], max_targets: int) -> st.SearchStrategy[tuple[int, ...]]:
     """Sets of 1..`max_targets` of `brokers`, shrinking toward fewer and lower ids."""
     return st.lists(st.sampled_from(sorted(brokers)), min_size=1, max_size=max_targets, unique=True).map(
@@ -409,14 +428,17 @@ def _quorum(controllers: Sequence[int] | int, node_kinds: Sequence[str]) -> list
 
 def faults(kind: str, brokers: Sequence[int] | int, time_limit_s: float, *, max_duration_s: float | None = None,
            live_targets: bool = True, max_targets: int | None = None, controllers: Sequence[int] | int = 1,
-           node_kinds: Sequence[str] = ("broker",), live_links: Sequence[str] = ()) -> st.SearchStrategy[Fault]:
+           node_kinds: Sequence[str] = ("broker",), live_links: Sequence[str] = (),
+           live_nodes: Sequence[str] = ()) -> st.SearchStrategy[Fault]:
     """One fault of `kind` within the main phase (`time_limit_s`). `max_targets` bounds the
     nodes a kill, pause, clock or disk fault takes at once (and then leaves out the live
     specs, which may name more). With "controller" in `node_kinds`, kill, pause, partition
     and link faults draw among the `controllers` too (a count or the node ids), and "broker"
     left out of it draws those kinds among the controllers only. `live_links` (of
     LIVE_LINK_SPECS) are drawn by link faults as often as explicit link sets, which they
-    shrink toward ("client>primary" first)."""
+    shrink toward ("client>primary" first). `live_nodes` (of LIVE_NODE_SPECS: "raft-leader")
+    are drawn by kill, pause and partition on a quorum's controllers as often as explicit
+    node sets and as the other live specs, and shrink toward those."""
     broker_ids = list(range(brokers)) if isinstance(brokers, int) else sorted(brokers)
     if kind not in KINDS:
         raise ValueError(f"fault kind {kind!r} is not one of {', '.join(KINDS)}")
@@ -425,6 +447,7 @@ def faults(kind: str, brokers: Sequence[int] | int, time_limit_s: float, *, max_
     if time_limit_s <= 0:
         raise ValueError(f"time_limit_s must be positive, got {time_limit_s}")
     quorum = _quorum(controllers, node_kinds)
+    asked = _live_nodes(live_nodes, quorum)
     on_brokers = "broker" in node_kinds
     if not on_brokers and kind not in CONTROLLER_KINDS:
         raise ValueError(f"{kind} faults act on brokers only: node_kinds=controller leaves them nothing to target")
@@ -466,8 +489,14 @@ def faults(kind: str, brokers: Sequence[int] | int, time_limit_s: float, *, max_
     if not live_targets and max_targets is not None and quorum and kind in CONTROLLER_KINDS:
         live = CONTROLLER_LIVE_SPECS  # the active controller is one node: within any bound
         live_targets = True
+    # Explicit sets first, then the live specs, then the asked-for ones: the order they shrink in.
+    branches = [targets]
     if live_targets and live:
-        targets = st.one_of(targets, st.sampled_from(live))
+        branches.append(st.sampled_from(live))
+    if asked and kind in CONTROLLER_KINDS:
+        branches.append(st.sampled_from(asked))  # one node: within any max_targets
+    if len(branches) > 1:
+        targets = st.one_of(*branches)
     delta = st.integers(-MAX_CLOCK_DELTA_MS, MAX_CLOCK_DELTA_MS) if kind == "clock" else st.just(0)
     return st.builds(Fault, kind=st.just(kind), targets=targets, start_s=start, duration_s=duration, delta_ms=delta)
 
@@ -477,7 +506,7 @@ def fault_schedules(brokers: Sequence[int] | int = 3, time_limit_s: float = 60.0
                     live_targets: bool = True,
                     max_targets: Mapping[str, int] | None = None, controllers: Sequence[int] | int = 1,
                     node_kinds: Sequence[str] = ("broker",), live_links: Sequence[str] = (),
-                    anchored: bool = True) -> st.SearchStrategy[tuple[Fault, ...]]:
+                    anchored: bool = True, live_nodes: Sequence[str] = ()) -> st.SearchStrategy[tuple[Fault, ...]]:
     """Schedules of up to `max_faults` faults of `kinds` on `brokers` (a count or the ids),
     each starting within the main phase of `time_limit_s` simulated seconds. Shrinks to
     fewer, earlier, shorter faults on fewer and lower brokers. `max_targets` bounds, per
@@ -487,7 +516,9 @@ def fault_schedules(brokers: Sequence[int] | int = 3, time_limit_s: float = 60.0
     (a count or the node ids; the module docstring says how). `anchored` lets a fault start
     from an earlier one (the module docstring says how). `live_links` (LIVE_LINK_SPECS)
     are drawn by the link kinds besides explicit links: "client>primary" holds the client's
-    requests to the busiest leader and not those to a coordinator elsewhere."""
+    requests to the busiest leader and not those to a coordinator elsewhere. `live_nodes`
+    (LIVE_NODE_SPECS: "raft-leader") are drawn by kill, pause and partition besides their
+    other targets, with "controller" in `node_kinds`."""
     kinds = tuple(kinds)
     if not kinds:
         raise ValueError("kinds: name at least one fault kind")
@@ -500,11 +531,14 @@ def fault_schedules(brokers: Sequence[int] | int = 3, time_limit_s: float = 60.0
     stray = sorted(set(bounds) - set(kinds))
     if stray:
         raise ValueError(f"max_targets names {', '.join(stray)}, which is not among the kinds {', '.join(kinds)}")
+    if live_nodes and not set(kinds) & {"kill", "pause", "partition"}:
+        raise ValueError(f"live nodes {', '.join(live_nodes)} need kill, pause or partition among the kinds")
     if live_links and not set(kinds) & set(LINK_KINDS):
         raise ValueError(f"live links {', '.join(live_links)} need a link kind among the kinds ({', '.join(LINK_KINDS)})")
     one = st.one_of(*(faults(k, brokers, time_limit_s, max_duration_s=max_duration_s, live_targets=live_targets,
                              max_targets=bounds.get(k), controllers=controllers, node_kinds=node_kinds,
-                             live_links=live_links if k in LINK_KINDS else ()) for k in kinds))
+                             live_links=live_links if k in LINK_KINDS else (),
+                             live_nodes=live_nodes) for k in kinds))
     if not anchored or max_faults == 1:
         return st.lists(one, min_size=1, max_size=max_faults).map(tuple)
     longest = time_limit_s if max_duration_s is None else min(max_duration_s, time_limit_s)

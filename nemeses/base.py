@@ -255,6 +255,25 @@ def live_primaries(control: ClusterControl, topics: Sequence[str] | None) -> tup
     return sorted(set(leaders.values())), {"leaders": seen}
 
 
+def live_controller(control: Any, spec: str) -> tuple[list[int], dict]:
+    """The controller a live controller spec names now (nemeses.targets.CONTROLLER_SPECS),
+    and a JSON-able record of it for the completion. `active-controller`: the quorum's
+    ready leader (control.active_controller). `raft-leader`: the leader of the highest epoch
+    whether its LeaderChange is committed or not: control.raft_leader (the simulation reads
+    each controller's Raft state); a real cluster's control has none, and its
+    active_controller already answers DescribeQuorum's leader, ready or not."""
+    if spec == "active-controller":
+        find = getattr(control, "active_controller", None)
+        key, what = "active_controller", "no active controller known"
+    elif spec == "raft-leader":
+        find = getattr(control, "raft_leader", None) or getattr(control, "active_controller", None)
+        key, what = "raft_leader", "no Raft leader known"
+    else:
+        raise ValueError(f"unknown controller target {spec!r}; known: active-controller, raft-leader")
+    node = find() if find is not None else None
+    return ([node], {key: node}) if node is not None else ([], {"error": what})
+
+
 def fault_nodes(control: Any, options: NemesisOptions) -> list[int]:
     """The nodes kill, pause, clock and partition pick among (options.node_kinds): brokers,
     and the controllers when asked (a control without controllers gives brokers only)."""

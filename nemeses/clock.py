@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from cluster.control import ClusterControl, ControlError
-from nemeses.base import COLORS, NemesisError, NemesisOptions, alternate, fault_nodes, live_primaries
-from nemeses.targets import choose_nodes
+from nemeses.base import COLORS, NemesisError, NemesisOptions, alternate, fault_nodes, live_controller, live_primaries
+from nemeses.targets import CONTROLLER_SPECS, choose_nodes
 
 MAX_STROBE_DURATION_S = 32.0
 
@@ -106,9 +106,8 @@ class ClockPackage:
     def _nodes(self, value: dict) -> tuple[list[int], dict]:
         if value.get("nodes") is not None:
             return sorted(int(n) for n in value["nodes"]), {}
-        if value.get("targets") == "active-controller":
-            active = self.control.active_controller() if hasattr(self.control, "active_controller") else None
-            return ([active], {"active_controller": active}) if active is not None else ([], {"error": "no active controller known"})
+        if value.get("targets") in CONTROLLER_SPECS:
+            return live_controller(self.control, value["targets"])
         try:
             return live_primaries(self.control, self.options.primary_topics)
         except ControlError as error:

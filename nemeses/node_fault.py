@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from cluster.control import ClusterControl, ControlError
-from nemeses.base import NemesisOptions, alternate, fault_nodes, live_primaries
-from nemeses.targets import choose_nodes
+from nemeses.base import NemesisOptions, alternate, fault_nodes, live_controller, live_primaries
+from nemeses.targets import CONTROLLER_SPECS, choose_nodes
 
 
 class NodeFaultPackage(ABC):
@@ -49,9 +49,8 @@ class NodeFaultPackage(ABC):
             raise ValueError(f"start-{self.name} needs a value like {{'targets': 'one', 'nodes': [0]}}, got {value!r}")
         if value.get("nodes") is not None:
             return sorted(int(n) for n in value["nodes"]), {}
-        if value["targets"] == "active-controller":
-            active = self.control.active_controller() if hasattr(self.control, "active_controller") else None
-            return ([active], {"active_controller": active}) if active is not None else ([], {"error": "no active controller known"})
+        if value["targets"] in CONTROLLER_SPECS:
+            return live_controller(self.control, value["targets"])
         try:
             return live_primaries(self.control, self.options.primary_topics)
         except ControlError as error:

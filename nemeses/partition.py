@@ -13,7 +13,7 @@ majority of the other brokers is cut off from every controller too (both ways), 
 isolated leader is fenced and loses leadership as it would in Kafka. With the nemesis option
 node_kinds=broker,controller the controllers (node ids 1000...) are nodes of the topologies
 like the brokers instead (every shape mixes them), and `active-controller` isolates the
-active controller from every other node.
+active controller from every other node (`raft-leader` the quorum's Raft leader, ready or not).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from cluster.control import ClusterControl, ControlError
-from nemeses.base import COLORS, NemesisError, NemesisOptions, alternate, fault_nodes, live_primaries
+from nemeses.base import COLORS, NemesisError, NemesisOptions, alternate, fault_nodes, live_controller, live_primaries
 from nemeses.net.nft import NftError, NftPartitioner
-from nemeses.targets import LIVE_SPECS, Topology, active_controller_topology, partition_topology
+from nemeses.targets import CONTROLLER_SPECS, LIVE_SPECS, Topology, active_controller_topology, partition_topology
 
 
 def partition_schedule(nodes: list[int], options: NemesisOptions, rng: random.Random) -> Iterator[dict]:
@@ -82,10 +82,10 @@ class PartitionPackage:
         if not isinstance(value, dict) or "topology" not in value:
             raise ValueError(f"start-partition needs a topology value, got {value!r}")
         extra: dict = {}
-        if value["topology"] == "active-controller":
+        if value["topology"] in CONTROLLER_SPECS:
             everyone = self.control.nemesis_nodes(("broker", "controller")) if hasattr(self.control, "nemesis_nodes") else []
-            active = self.control.active_controller() if hasattr(self.control, "active_controller") else None
-            topology = active_controller_topology(active, everyone)
+            nodes, _ = live_controller(self.control, value["topology"])
+            topology = active_controller_topology(nodes[0] if nodes else None, everyone, value["topology"])
             self.apply(topology)
             return topology.as_value()
         if value["topology"] in LIVE_SPECS:
@@ -107,7 +107,7 @@ class PartitionPackage:
         hosts = self.control.node_hosts() if hasattr(self.control, "node_hosts") else self.control.hosts()
         blocked = [(hosts[src], hosts[dst]) for src, dst in topology.blocked]
         placed = any(node in getattr(self.control, "controller_ids", ()) for pair in topology.blocked | topology.blocked_data
-                     for node in pair) or topology.name == "active-controller"
+                     for node in pair) or topology.name in CONTROLLER_SPECS
         controllers = [] if placed or "controller" in self.options.node_kinds else (
             self.control.controller_hosts() if hasattr(self.control, "controller_hosts") else
             [h for h in [self.control.controller_host()] if h is not None])

@@ -25,7 +25,8 @@ What the simulation does for each:
 
 With several controllers (SimCluster(controllers=N)) their node ids (1000...) are nodes like
 the brokers' for kill (the controller's core dies; its disk stays), start, pause, clock and
-partition, and `active_controller` names the one that leads.
+partition, and `active_controller` names the one that leads (its LeaderChange committed, so it
+decides); `raft_leader` names the leader of the highest Raft epoch, ready or not.
 
 There are no processes: `pid` is None. The leaders and ISRs the nemeses read come from the
 metadata image of the first running, unpaused broker, as the real control reads them from
@@ -89,6 +90,19 @@ class SimControl:
     def active_controller(self) -> int | None:
         active = self.sim.controller
         return None if active is None else active.config.node_id
+
+    def raft_leader(self) -> int | None:
+        """The running controller that leads the highest Raft epoch, whether it has committed
+        its LeaderChange (and so become the active controller) or not; None while none
+        leads. Read from each controller's Raft state: a real cluster's DescribeQuorum gives
+        the same leader. A former leader cut off still believes it leads its older epoch:
+        the highest epoch is the quorum's leader."""
+        running = self.sim.running_controllers()
+        if len(self.sim.controller_ids) == 1:
+            return running[0].config.node_id if running else None
+        leaders = [(c.quorum.state.epoch, c.config.node_id) for c in running
+                   if c.quorum is not None and c.quorum.state.leader_id == c.config.node_id]
+        return max(leaders)[1] if leaders else None
 
     def _is_controller(self, node_id: int) -> bool:
         return node_id in self.sim.controller_ids

@@ -9,6 +9,9 @@ Node specs (Jepsen's vocabulary, for kill, pause and clock):
     primaries       the leaders of the topic-partitions: live state, resolved when the
                     fault is performed and recorded in its completion
     active-controller  the active controller of the metadata quorum (live state)
+    raft-leader     the quorum's Raft leader: the leader of the highest epoch, whether its
+                    LeaderChange is committed (it is then the active controller) or not yet
+                    (live state; on real back ends DescribeQuorum's leader)
 
 With the nemesis option node_kinds=broker,controller the nodes are the brokers and the
 controllers (node ids 1000...), so every spec and topology mixes them.
@@ -32,6 +35,9 @@ dst drops what src sends. `one_way` pairs drop only data segments (see nemeses.n
                     majority elects new leaders while it still serves its clients
     active-controller  the active controller isolated from every other node (live state):
                     the other controllers elect a new one, the brokers follow it
+    raft-leader     the Raft leader (see above) isolated from every other node (live state):
+                    it can be cut off inside the window between winning its election and
+                    its LeaderChange reaching the other voters, where no controller is active
 
 Live link targets (for the simulated link faults, nemeses.link_faults): directed links
 between the client host and the leaders, resolved when the fault starts.
@@ -51,10 +57,10 @@ from dataclasses import dataclass, field
 NODE_SPECS: tuple[str, ...] = ("one", "minority", "minority-third", "majority", "all", "primaries")
 PARTITION_TOPOLOGIES: tuple[str, ...] = ("one", "majority", "minority-third", "majorities-ring", "bridge", "one-way", "primaries",
                                          "primary")
-LIVE_SPECS = frozenset({"primaries", "primary", "active-controller"})
-# The controller's own live target, as a node spec and as a topology: chosen only by name
+LIVE_SPECS = frozenset({"primaries", "primary", "active-controller", "raft-leader"})
+# The controllers' own live targets, as node specs and as topologies: chosen only by name
 # (the broker-only lists above are what the default schedules and their tests cover).
-CONTROLLER_SPECS: tuple[str, ...] = ("active-controller",)
+CONTROLLER_SPECS: tuple[str, ...] = ("active-controller", "raft-leader")
 # Live link targets: "<from>><to>" between the client host and the leaders (live_links).
 LIVE_LINK_SPECS: tuple[str, ...] = ("client>primary", "client>primaries", "primary>client", "primaries>client")
 # What the node specs and topologies pick among (nemesis option node_kinds).
@@ -171,8 +177,8 @@ def partition_topology(name: str, nodes: Sequence[int], rng: random.Random,
         src = shuffled[0]
         return Topology(name, blocked_data=frozenset((src, dst) for dst in ordered if dst != src),
                         extra={"from": src})
-    if name == "active-controller":
-        raise ValueError("the 'active-controller' topology is built from the live state by active_controller_topology")
+    if name in CONTROLLER_SPECS:
+        raise ValueError(f"the {name!r} topology is built from the live state by active_controller_topology")
     if primaries is None:
         raise ValueError(f"the {name!r} topology needs the current leaders")
     led = [leader for leader in primaries if leader in ordered]
@@ -189,12 +195,14 @@ def partition_topology(name: str, nodes: Sequence[int], rng: random.Random,
     return components_topology(name, [[leader] for leader in leaders] + [rest])
 
 
-def active_controller_topology(active: int | None, nodes: Sequence[int]) -> Topology:
-    """The active controller cut off from every other node in `nodes` (brokers and the other
-    controllers)."""
-    name = "active-controller"
+def active_controller_topology(active: int | None, nodes: Sequence[int], name: str = "active-controller") -> Topology:
+    """The controller `active` (the one the live spec `name` of CONTROLLER_SPECS resolved
+    to) cut off from every other node in `nodes` (brokers and the other controllers)."""
+    if name not in CONTROLLER_SPECS:
+        raise ValueError(f"unknown controller target {name!r}; known: {', '.join(CONTROLLER_SPECS)}")
     if active is None:
-        return Topology(name, extra={"note": "no active controller known: nothing to partition"})
+        what = "no active controller" if name == "active-controller" else "no Raft leader"
+        return Topology(name, extra={"note": f"{what} known: nothing to partition"})
     rest = tuple(sorted(n for n in nodes if n != active))
     return Topology(name, blocked=frozenset(complete_grudge([[active], rest])), components=((active,), rest), extra={"isolated": active})
 

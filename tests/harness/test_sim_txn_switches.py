@@ -6,8 +6,16 @@ seeded simulated run with a fixed fault schedule, and the same run valid on the 
   and the producer aborted and bumped its epoch): the late Produce opens a transaction the
   coordinator does not know, which hangs the partition's LSO (acknowledged writes after it
   `unseen`) or is committed by the producer's next transaction there (`G1a`);
+  The same with the live target client>primary (the client's link to the busiest leader,
+  resolved when the fault starts), on the hunt's 4-s runs with 100-ms timeouts;
 - `transaction.offset.commit.skip.generation.check=true`: eos copies stalled past
   max.poll.interval.ms commit their offsets with their old generation (`eos-duplicate`).
+
+And a run the safe cluster gets wrong (strict xfail, found by the verification hunt's safe form,
+seed 1 of its two-fault 6-s form): with verification on, broker 2's messages to broker 1 lost
+for 2.5 s, an aborted send is read committed (G1a). Likely cause: the leader appends a batch once
+its verification answer arrives even when the transaction's abort marker was written
+meanwhile (Kafka's VerificationGuard refuses that append); cluster/broker/produce.py.
 
 Minutes each on the shared machine: soak. The hunts for them: tests/harness/test_hunt_txn.py."""
 
@@ -27,6 +35,19 @@ LOSS_SCHEDULE = [
 VERIFICATION = ["--workload-option", "txn=true", "--nemesis", "link-loss", "--time-limit", "6", "--final-time-limit", "5",
                 "--quiet-period", "1", "--rate", "100", "--concurrency", "5", "--seed", "1",
                 "--client-config", "request.timeout.ms=100", "--client-config", "message.timeout.ms=150"]
+LIVE_SCHEDULE = [
+    {"at_s": 1.0, "f": "start-link-loss", "value": {"target": "client>primary", "fault": {"loss": 0.5}}},
+    {"at_s": 2.0, "f": "stop-link-loss", "value": None},
+]
+LIVE = [*VERIFICATION[:VERIFICATION.index("--time-limit")], "--time-limit", "4", "--final-time-limit", "3",
+        "--quiet-period", "1", "--rate", "100", "--concurrency", "5", "--seed", "1",
+        "--client-config", "request.timeout.ms=100", "--client-config", "message.timeout.ms=100"]
+MARKER_RACE_SCHEDULE = [
+    {"at_s": 2.4, "f": "start-link-loss", "value": {"target": "link", "links": [[2, 1]], "fault": {"loss": 1.0}}},
+    {"at_s": 4.9, "f": "stop-link-loss", "value": None},
+]
+MARKER_RACE = [*VERIFICATION[:VERIFICATION.index("--client-config")],
+               "--client-config", "request.timeout.ms=100", "--client-config", "message.timeout.ms=100"]
 GENERATION = ["--workload", "eos", "--workload-option", "stall_p=0.2", "--time-limit", "20", "--seed", "5"]
 
 
@@ -50,6 +71,27 @@ def test_a_late_produce_after_an_epoch_bump_hangs_or_joins_a_transaction_without
     unsafe = _run(tmp_path / "unsafe", [*argv, "--cluster-config", "transaction.partition.verification.enable=false"])
     assert safe["valid"] is True and not _bad(safe), safe["anomalies"]
     assert unsafe["valid"] is False and _bad(unsafe) & {"unseen", "G1a"}, unsafe["anomalies"]
+
+
+@pytest.mark.soak
+def test_the_live_target_client_primary_shows_it_on_the_hunts_shape(tmp_path: Path) -> None:
+    schedule = tmp_path / "schedule.json"
+    schedule.write_text(json.dumps(LIVE_SCHEDULE))
+    argv = [*LIVE, "--fault-schedule", str(schedule)]
+    safe = _run(tmp_path / "safe", argv)
+    unsafe = _run(tmp_path / "unsafe", [*argv, "--cluster-config", "transaction.partition.verification.enable=false"])
+    assert safe["valid"] is True and not _bad(safe), safe["anomalies"]
+    assert unsafe["valid"] is False and _bad(unsafe) & {"unseen", "G1a"}, unsafe["anomalies"]
+
+
+@pytest.mark.soak
+@pytest.mark.xfail(strict=True, reason="the safe cluster appends a verified batch after its transaction's abort "
+                                       "marker (no verification guard): G1a with verification on")
+def test_with_verification_an_abort_marker_before_the_verified_append_refuses_it(tmp_path: Path) -> None:
+    schedule = tmp_path / "schedule.json"
+    schedule.write_text(json.dumps(MARKER_RACE_SCHEDULE))
+    safe = _run(tmp_path, [*MARKER_RACE, "--fault-schedule", str(schedule)])
+    assert safe["valid"] is True and not _bad(safe), safe["anomalies"]
 
 
 @pytest.mark.soak

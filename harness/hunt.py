@@ -27,6 +27,12 @@ shrink and the replay all keep that predicate. Its exit codes: 3 (EXIT_FOUND_ALL
 replay shows a sought anomaly and the claims allow every anomaly of the run (valid: a
 documented loss, not a bug), 1 the replay shows one and the verdict is invalid, 0 none found,
 2 the replay does not show one (not reproduced) or its verdict is unknown.
+
+`--base-schedule FILE` (a `--fault-schedule` file: its `faults` list) keeps those faults in
+every example: each schedule is the base faults plus the drawn ones, the shrink removes only
+drawn ones, and the minimal schedule written for the replay (and hunt.json) holds both. A
+package holds one fault at a time, so the base's kinds must not be among --nemesis (a drawn
+fault of the kind would end the base's early); the run gets their packages all the same.
 """
 
 from __future__ import annotations
@@ -94,6 +100,15 @@ def register(subparsers: Any) -> None:
                    help="live targets the link kinds draw besides explicit links, resolved when the fault starts: "
                         "client>primary, client>primaries, primary>client, primaries>client (the client's links to "
                         "or from the leaders; default: none)")
+    p.add_argument("--live-nodes", default=None, metavar="SPEC[,SPEC]",
+                   help="live controller targets kill, pause and partition draw besides node ids and "
+                        "active-controller, resolved when the fault starts: raft-leader (the leader of the highest "
+                        "Raft epoch, its LeaderChange committed or not); needs --nemesis-option node_kinds naming "
+                        "controller (default: none)")
+    p.add_argument("--base-schedule", default=None, metavar="FILE",
+                   help="faults every example keeps (a --fault-schedule file with its 'faults' list, as a hunt "
+                        "writes it): each schedule is these plus the drawn ones, and the shrink keeps them; their "
+                        "kinds must not be among --nemesis")
     p.add_argument("--no-database", action="store_true",
                    help=f"neither replay nor store failures in <results>/{DB_DIR}")
     p.set_defaults(handler=handle, sim=True, test_count=1, junit_xml=None, bootstrap_servers=None, toxiproxy_url=None,
@@ -334,6 +349,11 @@ def database_key(spec: Any, kinds: list[str], args: argparse.Namespace) -> bytes
         material += json.dumps({"max_targets": args.max_targets}, sort_keys=True)
     if getattr(args, "live_links", None):
         material += json.dumps({"live_links": args.live_links})
+    if getattr(args, "live_nodes", None):
+        material += json.dumps({"live_nodes": args.live_nodes})
+    if getattr(args, "base_faults", None):
+        # Other fixed faults, other runs (a hunt without a base keeps its old key).
+        material += json.dumps({"base": [f.as_json() for f in args.base_faults]}, sort_keys=True)
     if spec.controllers != 1 or "node_kinds" in spec.nemesis_options:
         # Controllers as targets draw other schedules (a hunt on one controller keeps its old key).
         material += json.dumps({"controllers": spec.controllers, "node_kinds": spec.nemesis_options.get("node_kinds")})
@@ -342,6 +362,51 @@ def database_key(spec: Any, kinds: list[str], args: argparse.Namespace) -> bytes
         # Another predicate, other stored examples (a hunt without --find keeps its old key).
         material += json.dumps({"find": sorted(find)})
     return b"logquake-hunt:" + hashlib.sha256(material.encode()).hexdigest().encode()
+
+
+def read_base_schedule(path: str, kinds: list[str]) -> tuple:
+    """--base-schedule's faults (logquake.strategies.Fault), in the file's order;
+    BadArgument naming the file and what is wrong."""
+    from harness.testcmd import BadArgument
+    from logquake.strategies import Fault
+
+    try:
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BadArgument(f"--base-schedule {path}: cannot read it ({exc.strerror or exc})") from None
+    except ValueError as exc:
+        raise BadArgument(f"--base-schedule {path}: not JSON ({exc})") from None
+    items = raw.get("faults") if isinstance(raw, dict) else None
+    if not isinstance(items, list) or not items:
+        raise BadArgument(f"--base-schedule {path}: expected an object with a non-empty 'faults' list (what "
+                          "logquake.strategies.schedule_json and a hunt write); its 'ops' alone are not enough")
+    base = []
+    for i, item in enumerate(items):
+        try:
+            base.append(Fault.from_json(item))
+        except ValueError as exc:
+            raise BadArgument(f"--base-schedule {path}: fault {i}: {exc}") from None
+    shared = sorted({f.kind for f in base} & set(kinds))
+    if shared:
+        raise BadArgument(f"--base-schedule {path} has {', '.join(shared)} faults, which --nemesis also draws: a "
+                          "package holds one fault at a time, so a drawn one would end the base's early; leave "
+                          f"{', '.join(shared)} out of --nemesis")
+    return tuple(base)
+
+
+def check_base_schedule(path: str, base: tuple, spec: Any) -> None:
+    """BadArgument when a base fault starts after the main phase or names a node the run lacks."""
+    from harness.testcmd import BadArgument
+    from logquake.strategies import ops
+
+    late = [f for f in base if f.start_s >= spec.time_limit_s]
+    if late:
+        raise BadArgument(f"--base-schedule {path}: {describe_fault(late[0])} starts at or after the main phase's end "
+                          f"({spec.time_limit_s:g} s)")
+    try:
+        ops(base, spec.brokers, spec.time_limit_s, spec.controllers)
+    except ValueError as exc:
+        raise BadArgument(f"--base-schedule {path}: {exc}") from None
 
 
 def search(hunt: Hunt, strategy: Any, seed: int, database: Any, key: bytes, max_examples: int) -> tuple | None:
@@ -395,19 +460,31 @@ def handle(args: argparse.Namespace) -> int:
         from logquake.strategies import KINDS, fault_schedules
 
         args.find_names = parse_find(args.find)
+        args.base_faults = read_base_schedule(args.base_schedule, kinds) if args.base_schedule else ()
+        base_kinds = [k for k in dict.fromkeys(f.kind for f in args.base_faults) if k not in kinds]
+        if base_kinds:
+            # The run performs the base's faults too: their packages, as a replay names them.
+            args.nemesis = ",".join([*kinds, *base_kinds])
 
         unknown = [k for k in kinds if k not in KINDS]
         if unknown:
             raise BadArgument(f"--nemesis {','.join(unknown)}: the hunt draws schedules of {', '.join(KINDS)} only")
         spec = build_spec(args, seed)
+        if args.base_faults:
+            check_base_schedule(args.base_schedule, args.base_faults, spec)
         try:
             args.max_targets = parse_max_targets(args.max_fault_targets)
             # --nemesis-option node_kinds=broker,controller: controllers are targets, as in `logquake test`.
             node_kinds = [k.strip() for k in spec.nemesis_options.get("node_kinds", "broker").split(",") if k.strip()]
             live_links = [n.strip() for n in (args.live_links or "").split(",") if n.strip()]
+            live_nodes = [n.strip() for n in (args.live_nodes or "").split(",") if n.strip()]
             strategy = fault_schedules(spec.brokers, spec.time_limit_s, kinds, max_faults=args.max_faults,
                                        max_duration_s=args.max_fault_duration, max_targets=args.max_targets,
-                                       controllers=spec.controllers, node_kinds=node_kinds, live_links=live_links)
+                                       controllers=spec.controllers, node_kinds=node_kinds, live_links=live_links,
+                                       live_nodes=live_nodes)
+            if args.base_faults:
+                # The base goes first in every example; Hypothesis shrinks only what it drew.
+                strategy = strategy.map(lambda drawn, base=args.base_faults: (*base, *drawn))
         except ValueError as exc:
             raise BadArgument(str(exc)) from None
     except BadArgument as exc:
@@ -427,7 +504,9 @@ def handle(args: argparse.Namespace) -> int:
     hunt = Hunt(example_spec, scratch, time.monotonic() + args.budget, max_shrinks=args.max_shrinks, find=find)
     print(f"{PROG}: seed {seed}; budget {args.budget:g} s, at most {args.max_examples} schedules of "
           f"{', '.join(kinds)} on {spec.brokers} brokers over {spec.time_limit_s:g} simulated s"
-          + (f"; looking for {', '.join(sorted(find))}, allowed or not" if find else ""), flush=True)
+          + (f"; looking for {', '.join(sorted(find))}, allowed or not" if find else "")
+          + (f"; every schedule starts with the base {'; '.join(describe_fault(f) for f in args.base_faults)}"
+             if args.base_faults else ""), flush=True)
     try:
         minimal = search(hunt, strategy, seed, database, database_key(spec, kinds, args), args.max_examples)
     except HuntAborted as crash:
@@ -454,7 +533,9 @@ def handle(args: argparse.Namespace) -> int:
               flush=True)
         return 0
     what = f"a run showing {', '.join(sorted(find))}" if find else "failure"
-    print(f"{PROG}: {what} found after {tally.first_failure_s:.1f} s, shrunk to {len(minimal)} fault(s) by "
+    besides = f" besides the base's {len(args.base_faults)}" if args.base_faults else ""
+    print(f"{PROG}: {what} found after {tally.first_failure_s:.1f} s, shrunk to {len(minimal) - len(args.base_faults)} "
+          f"fault(s){besides} by "
           f"{elapsed_s:.1f} s: {'; '.join(describe_fault(f) for f in minimal)}", flush=True)
     return replay(args, spec, seed, kinds, minimal, tally, summary)
 
@@ -492,6 +573,9 @@ def replay(args: argparse.Namespace, spec: Any, seed: int, kinds: list[str], min
             "check_wall_s": round(tally.check_wall_s, 3), "replay_verdict": valid,
             "replay_exit_code": code, "run_dir": str(run_dir) if run_dir else None, "replay_command": command,
             "faults": [f.as_json() for f in minimal]}
+    if getattr(args, "base_faults", ()):
+        info["base_schedule"] = str(Path(args.base_schedule).resolve())
+        info["base_faults"] = [f.as_json() for f in args.base_faults]  # the first of "faults"
     if find:
         info["find"] = sorted(find)
         info["replay_found"] = seen  # {anomaly: allowed by the run's claims}

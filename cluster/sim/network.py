@@ -387,11 +387,14 @@ class VirtualNetwork:
             order.next_sent += 1
         delay_ms = self._min_latency_ms + (self._max_latency_ms - self._min_latency_ms) * self._rng.random()
         fault = self._fault_on(from_host, to_host) if self._link_faults or self._node_faults else None
-        if fault is not None:
-            delay_ms += self._path_delay_ms(fault)
-            if not (copy is not None and fault.duplicate > 0 and self._rng.random() < fault.duplicate):
-                copy = None
-        else:
+        if fault is None:
+            # No link fault: one transmission (nothing is lost), no copy; what _transmit would
+            # do for it, without the message it keeps for retransmissions.
+            self.scheduler.call_at_ns(self.scheduler.clock.monotonic_ns() + int(delay_ms * 1_000_000),
+                                      functools.partial(self._arrive_in_order, from_host, to_host, action, channel, sequence))
+            return
+        delay_ms += self._path_delay_ms(fault)
+        if not (copy is not None and fault.duplicate > 0 and self._rng.random() < fault.duplicate):
             copy = None
         self._transmit(_Message(from_host, to_host, action, channel, sequence, segment, delay_ms, copy))
 
@@ -429,7 +432,8 @@ class VirtualNetwork:
             self.scheduler.call_later(rto_ms, lambda: self._transmit(message))
             return
         arrival_ns = self.scheduler.clock.monotonic_ns() + int(message.delay_ms * 1_000_000)
-        self.scheduler.call_at_ns(arrival_ns, functools.partial(self._arrive_in_order, message))
+        self.scheduler.call_at_ns(arrival_ns, functools.partial(self._arrive_in_order, message.from_host, message.to_host,
+                                                                message.action, message.channel, message.sequence))
         if message.copy is not None:
             # The copy rides a connection of its own, so it waits for nothing; it arrives
             # within one minimum latency of the original: its sender cannot have acted on
@@ -438,16 +442,17 @@ class VirtualNetwork:
             self.scheduler.call_at_ns(arrival_ns + int(self._min_latency_ms * self._rng.random() * 1_000_000),
                                       lambda: self._land(message.from_host, message.to_host, copy))
 
-    def _arrive_in_order(self, message: _Message) -> None:
-        order = self._orders.get(message.channel) if message.channel is not None else None
+    def _arrive_in_order(self, from_host: str, to_host: str, action: Callable[[], None], channel: object,
+                         sequence: int) -> None:
+        order = self._orders.get(channel) if channel is not None else None
         if order is None:  # no stream order to keep (or its connection is gone)
-            self._land(message.from_host, message.to_host, message.action)
+            self._land(from_host, to_host, action)
             return
-        order.arrived[message.sequence] = message.action
+        order.arrived[sequence] = action
         while order.next_delivered in order.arrived:
             action = order.arrived.pop(order.next_delivered)
             order.next_delivered += 1
-            self._land(message.from_host, message.to_host, action)
+            self._land(from_host, to_host, action)
 
     def _land(self, from_host: str, to_host: str, action: Callable[[], None]) -> None:
         # A partition that began while the message was in flight drops it too.

@@ -10,7 +10,9 @@ simulated runs without Spark, a few seconds each). Likewise Raft's Figure 8
 (`controller.quorum.commit.previous.epoch.by.count`) with its hunt entry's settings: a 100-ms
 delay on every controller link and three partitions cutting off, in turn, the leader, the
 next leader before its LeaderChange spreads, and the first leader re-elected once counting
-replicas has committed its old record (FIGURE_8 below says when and why).
+replicas has committed its old record (FIGURE_8 below says when and why). The same schedule
+with the later two cuts naming the live target `raft-leader` instead of node ids (what the
+hunt entry draws) resolves them to the same nodes inside their windows and shows it too.
 
 Soak: the SWITCH_HUNTS entry of the vote switch, hunted (found, shrunk, replayed invalid) and
 the same search on the safe cluster finding nothing. The hunts take minutes at a shared
@@ -27,6 +29,8 @@ import pytest
 
 from harness.cli import main
 from harness.hunt_switches import SWITCH_HUNTS, UNFOUND_HUNTS, without_switch
+
+HUNTS = {**SWITCH_HUNTS, **UNFOUND_HUNTS}
 from logquake.strategies import Fault, schedule_json
 
 VOTE = "controller.quorum.vote.skip.log.check"
@@ -54,6 +58,10 @@ CONTROLLER_LINKS = ((1000, 1001), (1001, 1000), (1000, 1002), (1002, 1000), (100
 FIGURE_8 = (Fault("link-delay", CONTROLLER_LINKS, 0.5, 6.0, params=(("delay_ms", 100.0), ("jitter_ms", 0.0))),
             Fault("partition", "active-controller", 1.0, 2.0), Fault("partition", (1000,), 2.5, 2.0),
             Fault("partition", (1002,), 4.2, 2.0))
+# The same cuts by the live target the hunt draws: at 2.5 s the Raft leader is 1000 (epoch 3
+# won, its LeaderChange not yet at 1001), at 4.2 s 1002 (epoch 4, likewise); neither is the
+# active controller then, so `active-controller` could not name them.
+FIGURE_8_LIVE = (*FIGURE_8[:2], Fault("partition", "raft-leader", 2.5, 2.0), Fault("partition", "raft-leader", 4.2, 2.0))
 
 
 def simulate(schedule_file: Path, unsafe: bool, root: Path, seed: int = 1, shape: list[str] | None = None,
@@ -103,13 +111,21 @@ def test_a_schedule_of_controller_faults_replays_and_flags_votes_without_the_log
 
 
 def hunt_shape(argv: list[str], switch: str) -> list[str]:
-    """A hunt entry's `logquake test` arguments: its hunt-only options and the switch left out."""
+    """A hunt entry's `logquake test` arguments: its hunt-only options and the switch left out
+    (a base schedule's kinds added to --nemesis, as the hunt adds them)."""
     out: list[str] = []
     skip = 0
+    base_kinds: list[str] = []
+    if "--base-schedule" in argv:
+        base = json.loads(Path(argv[argv.index("--base-schedule") + 1]).read_text())
+        base_kinds = [f["kind"] for f in base["faults"]]
     for i, item in enumerate(argv):
         if skip:
             skip -= 1
-        elif item == "--max-faults":
+        elif item == "--nemesis":
+            out += [item, ",".join(dict.fromkeys([*argv[i + 1].split(","), *base_kinds]))]
+            skip = 1
+        elif item in ("--max-faults", "--live-nodes", "--live-links", "--base-schedule"):
             skip = 1
         elif item == "--cluster-config" and argv[i + 1].startswith(f"{switch}="):
             skip = 1
@@ -122,7 +138,7 @@ def test_a_schedule_of_controller_faults_replays_raft_figure_8_when_counting_rep
     from checkers.quorum import add_quorum_verdict
     from checkers.result import CheckResult
 
-    shape = hunt_shape(UNFOUND_HUNTS[BY_COUNT], BY_COUNT)
+    shape = hunt_shape(HUNTS[BY_COUNT], BY_COUNT)
     path = tmp_path / "fault-schedule.json"
     path.write_text(schedule_json(FIGURE_8, 3, 8, controllers=3), encoding="utf-8")
     verdicts = {}
@@ -140,6 +156,23 @@ def test_a_schedule_of_controller_faults_replays_raft_figure_8_when_counting_rep
     assert {"metadata-committed-lost", "metadata-committed-disagree"} <= {a.name for a in verdicts[True].anomalies}
     assert verdicts[False].valid is True and not verdicts[False].anomalies
     assert verdicts[False].stats["metadata_quorum"]["violations"] == 0
+
+
+def test_raft_figure_8_replays_with_its_later_cuts_naming_the_raft_leader(tmp_path: Path) -> None:
+    from checkers.quorum import add_quorum_verdict
+    from checkers.result import CheckResult
+
+    shape = hunt_shape(HUNTS[BY_COUNT], BY_COUNT)
+    path = tmp_path / "fault-schedule.json"
+    path.write_text(schedule_json(FIGURE_8_LIVE, 3, 8, controllers=3), encoding="utf-8")
+    run_dir = simulate(path, True, tmp_path, shape=shape, switch=BY_COUNT)
+    history = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
+    cut = [op["value"].get("isolated") for op in history if op["f"] == "start-partition" and op["type"] == "info"
+           and op["value"].get("topology") == "raft-leader" and "isolated" in op["value"]]
+    assert cut == [1000, 1002], cut  # resolved when each cut started, inside the windows FIGURE_8 names
+    verdict = add_quorum_verdict(CheckResult(valid=True), run_dir)
+    assert verdict.valid is False
+    assert {"metadata-committed-lost", "metadata-committed-disagree"} <= {a.name for a in verdict.anomalies}
 
 
 @pytest.mark.soak

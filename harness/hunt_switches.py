@@ -121,18 +121,23 @@ SWITCH_HUNTS: dict[str, list[str]] = {
 # delay on every controller link, then partitions of 1002, 1000 and 1002), invalid
 # (metadata-committed-lost, -disagree) with the switch and clean without. The delay is what
 # widens each cut's window from 1.5 fetch round trips (~2 ms) to ~0.3 s (there: 1000 cut at
-# 2.5-2.7 s, 1002 at 4.0-4.2 s). A hunt does not reach that schedule: (1) two cuts at random
+# 2.5-2.7 s, 1002 at 4.0-4.2 s). What kept a hunt from that schedule: (1) two cuts at random
 # tenths of an 8-s run both land in their windows about once in 1,000 schedules; (2) those two
-# cuts must name the new leader and the re-elected one by node id, since the live
-# `active-controller` names only a leader whose LeaderChange is committed, which neither is
-# inside its window; (3) the link delay (~60-150 ms, little jitter, every controller link, the
-# whole run) is itself a rare draw. Seeds 1-5 of this entry, `--budget 300`: no failure in 65,
-# 34, 89, 50 and 138 runs. Even given (2) and (3), emulated outside the code (every example
-# with that delay, and up to 6 partitions of the Raft leader, its LeaderChange committed or
-# not, at random tenths), 2 schedules in 125 showed it (seeds 1-3): about two seeds in three
-# within 300 s. controller.quorum.fetch.max.wait.ms=100:
-# at the default 500, the fetch timeout here, followers time out on every long poll, and a
-# link delay then keeps the quorum in split votes.
+# cuts must name the new leader and the re-elected one, which the live `active-controller`
+# cannot (it names only a leader whose LeaderChange is committed, which neither is inside its
+# window); (3) the link delay (~60-150 ms, little jitter, every controller link, the whole
+# run) is itself a rare draw. Seeds 1-5 of the older entry (`--nemesis partition,link-delay`,
+# up to 4 faults), `--budget 300`: no failure in 65, 34, 89, 50 and 138 runs. This entry
+# answers (2) and (3): partitions may name `raft-leader` (`--live-nodes`: the leader of the
+# highest epoch, ready or not; test_hunt_quorum replays the schedule with its later cuts so),
+# and every example keeps the delay (`--base-schedule` FIGURE_8_BASE: 100 ms on the six
+# controller links for the whole main phase), with up to 6 drawn partitions. Emulated outside
+# the code before, 2 schedules in 125 showed it (seeds 1-3). Measured (README "What a hunt
+# can find"): seeds 1-5, `--budget 300`, at load 12-15: nothing in 17, 16, 8, 12 and 29
+# runs (each example 15-45 s at that load against ~4.6 s before); by count (--max-examples
+# 40), seeds 1-3: nothing in 34, 29 and 32 runs: ~160 runs, where the estimate expected 3-6.
+# controller.quorum.fetch.max.wait.ms=100: at the default 500, the fetch timeout here,
+# followers time out on every long poll, and a link delay then keeps the quorum in split votes.
 UNFOUND_HUNTS: dict[str, list[str]] = {
     "controller.quorum.commit.previous.epoch.by.count": [
         "--controllers", "3", "--nemesis-option", "node_kinds=controller", "--nemesis", "partition",

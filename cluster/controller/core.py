@@ -276,6 +276,17 @@ class Controller:
     def on_become_leader(self, epoch: int) -> None:
         if self.halted is not None:
             return
+        assert self.quorum is not None
+        log_end = self.quorum.state.log_end_offset
+        if log_end < self.committed_image.next_offset:
+            # The quorum's log was cut below records this node had applied as committed (only
+            # an unsafe election, controller.quorum.vote.skip.log.check, lets that happen):
+            # Kafka's metadata log refuses to truncate below its high watermark and the
+            # controller dies of it; leading on that log would append at offsets already
+            # applied, so this node halts as on any replay error.
+            self._fatal(f"leading epoch {epoch} on a metadata log that ends at offset {log_end}, below the "
+                        f"{self.committed_image.next_offset} records applied as committed (the log was truncated below them)")
+            return
         self.epoch = epoch
         self.image = copy_image(self.committed_image)
         self._appended_end = self._committed_end = self.committed_image.next_offset

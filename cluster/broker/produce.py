@@ -13,6 +13,12 @@ opens the producer's transaction at its first one, refuses an older epoch
 (INVALID_PRODUCER_EPOCH, what Kafka answers since KIP-588 for every Produce version) and a
 non-transactional batch while a transaction is open (INVALID_TXN_STATE). Control batches are
 the coordinator's (WriteTxnMarkers) and never a client's.
+
+KIP-890 part 1 (transaction.partition.verification.enable): a batch that would open its
+producer's transaction on a partition is first verified with the coordinator, under the
+verification guard the partition's producer state hands out (cluster/broker/producer_state.py);
+the append then presents that guard, and is refused with INVALID_TXN_STATE if a marker (or any
+transactional write of the producer) came in meanwhile: the answer may be stale by then.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from kio.schema.errors import ErrorCode
 
 from cluster.broker.env import Reply, Response, TimerHandle
 from cluster.broker.partition import Partition, TopicPartition
-from cluster.broker.producer_state import Duplicate, Reject
+from cluster.broker.producer_state import Duplicate, Reject, VerificationGuard
 from cluster.broker.topics import INTERNAL_TOPICS
 from cluster.protocol.codec import Request
 from cluster.protocol.produce_response import ProducePartitionResult, ProduceTopicResult, encode_produce_response
@@ -41,14 +47,18 @@ def handle_produce(broker: Broker, request: Request, reply: Reply) -> None:
     """KIP-890 part 1 first (transaction.partition.verification.enable): a transactional batch
     that would open its producer's transaction on a partition is appended only if the
     coordinator says the partition is in the producer's ongoing transaction; a late batch of
-    a transaction that ended is refused instead of opening one that never ends."""
+    a transaction that ended is refused instead of opening one that never ends. Each
+    verification runs under its partition's verification guard for the producer, which the
+    append presents: a marker written while the answer was on its way drops the guard, and
+    the append is refused."""
     body = request.body
     transactional_id = body.transactional_id
     wanted = _opening_batches(broker, body) if transactional_id is not None and broker.config.transaction_partition_verification_enable else []
     if not wanted:
-        _handle_produce(broker, request, reply, {})
+        _handle_produce(broker, request, reply, {}, {})
         return
     refused: dict[tuple[str, int], ErrorCode] = {}
+    guards: dict[tuple[str, int], VerificationGuard] = {}
     outstanding = [len(wanted)]
 
     def verified(key: tuple[str, int], error: ErrorCode) -> None:
@@ -57,16 +67,19 @@ def handle_produce(broker: Broker, request: Request, reply: Reply) -> None:
             refused[key] = error
         outstanding[0] -= 1
         if outstanding[0] == 0:
-            _handle_produce(broker, request, reply, refused)
+            _handle_produce(broker, request, reply, refused, guards)
 
-    for topic, index, producer_id, producer_epoch in wanted:
+    for topic, index, producer_id, producer_epoch, partition in wanted:
+        # Before asking (Kafka's maybeStartTransactionVerification): what is written to the
+        # partition from now until the append decides whether the answer still holds.
+        guards[(topic, index)] = partition.producers.start_verification(producer_id)
         broker.txn.verifier.verify(transactional_id, producer_id, producer_epoch, TopicPartition(topic, index),
                                    lambda error, key=(topic, index): verified(key, error))
 
 
-def _opening_batches(broker: Broker, body: object) -> list[tuple[str, int, int, int]]:
-    """(topic, partition, producer id, epoch) of each batch that would open its producer's
-    transaction on a partition this broker leads."""
+def _opening_batches(broker: Broker, body: object) -> list[tuple[str, int, int, int, Partition]]:
+    """(topic, partition index, producer id, epoch, partition) of each batch that would open
+    its producer's transaction on a partition this broker leads."""
     out = []
     for topic in body.topic_data:  # type: ignore[attr-defined]
         for data in topic.partition_data:
@@ -79,11 +92,12 @@ def _opening_batches(broker: Broker, body: object) -> list[tuple[str, int, int, 
                 continue  # refused with its reason by the append path
             if len(batches) == 1 and opens_transaction(partition, batches[0][0]):
                 header = batches[0][0]
-                out.append((topic.name, data.index, header.producer_id, header.producer_epoch))
+                out.append((topic.name, data.index, header.producer_id, header.producer_epoch, partition))
     return out
 
 
-def _handle_produce(broker: Broker, request: Request, reply: Reply, refused: dict[tuple[str, int], ErrorCode]) -> None:
+def _handle_produce(broker: Broker, request: Request, reply: Reply, refused: dict[tuple[str, int], ErrorCode],
+                    guards: dict[tuple[str, int], VerificationGuard]) -> None:
     body = request.body
     now_ms = broker.clock.wall_ms()
     results: list[list[ProducePartitionResult]] = []
@@ -98,7 +112,7 @@ def _handle_produce(broker: Broker, request: Request, reply: Reply, refused: dic
                                                          error_message="the partition is not in the producer's ongoing transaction (KIP-890)"))
             else:
                 result, partition, required = _produce_partition(broker, topic.name, data.index, data.records, now_ms, body.acks,
-                                                                 body.transactional_id)
+                                                                 body.transactional_id, guards.get((topic.name, data.index)))
                 partitions.append(result)
                 if partition is not None:
                     waits.append((len(results), len(partitions) - 1, partition, required))
@@ -143,8 +157,9 @@ def _handle_produce(broker: Broker, request: Request, reply: Reply, refused: dic
         timer.append(broker.scheduler.call_later(max(timeout_ms, 0.0), expire))
 
 
-def _produce_partition(broker: Broker, topic: str, index: int, records: bytes | None, now_ms: int,
-                       acks: int, transactional_id: str | None = None) -> tuple[ProducePartitionResult, Partition | None, int]:
+def _produce_partition(broker: Broker, topic: str, index: int, records: bytes | None, now_ms: int, acks: int,
+                       transactional_id: str | None = None,
+                       guard: VerificationGuard | None = None) -> tuple[ProducePartitionResult, Partition | None, int]:
     """The partition's result, and (for acks=all after an append) the partition and offset
     the answer must wait for."""
     partition = broker.partition(topic, index)
@@ -156,15 +171,16 @@ def _produce_partition(broker: Broker, topic: str, index: int, records: bytes | 
     not_leader = partition.leader_error()
     if not_leader is not None:
         return ProducePartitionResult(index, not_leader.value), None, 0
-    result, required = _append(broker, partition, topic, index, records, now_ms, acks, transactional_id)
+    result, required = _append(broker, partition, topic, index, records, now_ms, acks, transactional_id, guard)
     if acks == -1 and result.error_code == ErrorCode.none.value and required > 0:
         return result, partition, required
     return result, None, 0
 
 
 def _append(broker: Broker, partition: Partition, topic: str, index: int, records: bytes | None, now_ms: int,
-            acks: int, transactional_id: str | None = None) -> tuple[ProducePartitionResult, int]:
-    """Validate and append; the result, and the offset the batch ends at (0: nothing to wait for)."""
+            acks: int, transactional_id: str | None = None, guard: VerificationGuard | None = None) -> tuple[ProducePartitionResult, int]:
+    """Validate and append; the result, and the offset the batch ends at (0: nothing to wait for).
+    `guard`: the verification guard the batch was verified under, if it was."""
     if not records:
         return ProducePartitionResult(index, ErrorCode.corrupt_message.value, error_message="produce request carries no record batch"), 0
     if len(records) > broker.config.message_max_bytes:
@@ -191,10 +207,18 @@ def _append(broker: Broker, partition: Partition, topic: str, index: int, record
     if isinstance(verdict, Duplicate):
         # A retry of a batch we have: it is acknowledged once it is committed.
         return ProducePartitionResult(index, ErrorCode.none.value, verdict.base_offset, -1, partition.log_start_offset), verdict.base_offset + header.record_count
+    if broker.config.transaction_partition_verification_enable:
+        # KIP-890 part 1, checked after duplicates and before epoch and sequence, as Kafka's
+        # analyzeAndValidateProducerState: a batch that would open a transaction here was
+        # verified by handle_produce, and the answer still holds only under its guard.
+        unverified = partition.producers.check_verified(header, guard)
+        if unverified is not None:
+            log.info("produce to %s-%d by %r refused: %s", topic, index, transactional_id, unverified.message)
+            return ProducePartitionResult(index, unverified.error.value, -1, -1, partition.log_start_offset,
+                                          error_message=unverified.message), 0
     if isinstance(verdict, Reject):
         log.info("produce to %s-%d rejected: %s", topic, index, verdict.message)
         return ProducePartitionResult(index, verdict.error.value, -1, -1, partition.log_start_offset, error_message=verdict.message), 0
-    # KIP-890 part 1: a batch that opens a transaction here was verified by handle_produce.
     try:
         appended = partition.append_as_leader(batch, now_ms)
     except OSError as error:

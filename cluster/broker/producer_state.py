@@ -12,6 +12,16 @@ a transaction counts as undecided until its marker is below the high watermark (
 unreplicated transactions). An abort marker returns the aborted transaction, which the log
 keeps in its segment's aborted-transaction index for read_committed fetches.
 
+KIP-890 part 1's verification guard (Kafka's VerificationGuard): before the leader asks the
+coordinator whether a batch that would open its producer's transaction here belongs to the
+ongoing transaction, `start_verification` hands out the producer's guard (a fresh one unless
+a verification since its last transactional write holds one). Any transactional batch of the
+producer written here, data or marker, on the leader or replayed on a follower, drops it. A
+batch that opens a transaction is appended only with the producer's current guard
+(`check_verified`), so a verification answered before the transaction's abort marker was
+written but arriving after it cannot open a transaction the coordinator has already ended
+(the answer was true when given, stale when used). Guards are in memory only, as Kafka's.
+
 The table is the ReplayedState of its partition's log (cluster/storage/producer_snapshot.py):
 the log replays every appended batch into it, on the leader and on followers alike, so a new
 leader serves read_committed as the old one did; it snapshots the table at each segment roll
@@ -89,6 +99,17 @@ class Reject:
 SequenceVerdict = Append | Duplicate | Reject
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class VerificationGuard:
+    """One verification of a producer's first transactional batch on a partition; compared
+    by identity, so a guard dropped by a write is never matched again (a new verification
+    gets a new one even if the producer and epoch are the same: the ABA case of a
+    transaction aborted and the next one started before a stale answer arrives). `serial`
+    only names it in logs."""
+
+    serial: int
+
+
 @dataclass(frozen=True, slots=True)
 class _Unreplicated:
     """A transaction ended by a marker not yet below the high watermark (Kafka's
@@ -107,6 +128,10 @@ class ProducerStateTable:
         # ended ones in marker order, until the high watermark passes their marker.
         self._open: dict[int, int] = {}
         self._unreplicated: deque[_Unreplicated] = deque()
+        # KIP-890 part 1: the guard of each producer with a verification started and no
+        # transactional write here since (Kafka's verificationStates).
+        self._guards: dict[int, VerificationGuard] = {}
+        self._guard_serial = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -162,6 +187,42 @@ class ProducerStateTable:
             )
         return Append()
 
+    def start_verification(self, producer_id: int) -> VerificationGuard:
+        """The guard an append of this producer's transaction-opening batch must present once
+        the coordinator has verified it: the one a verification since the producer's last
+        transactional write here holds, else a new one."""
+        guard = self._guards.get(producer_id)
+        if guard is None:
+            self._guard_serial += 1
+            guard = self._guards[producer_id] = VerificationGuard(self._guard_serial)
+        return guard
+
+    def verification_guard(self, producer_id: int) -> VerificationGuard | None:
+        """The producer's current guard, None when no verification is pending."""
+        return self._guards.get(producer_id)
+
+    def has_ongoing_txn(self, producer_id: int) -> bool:
+        entry = self._entries.get(producer_id)
+        return entry is not None and entry.current_txn_first_offset >= 0
+
+    def check_verified(self, header: BatchHeader, guard: VerificationGuard | None) -> Reject | None:
+        """Kafka's check at append (UnifiedLog's batchMissingRequiredVerification), for a
+        client's batch when verification is on: a transactional data batch either continues
+        its producer's ongoing transaction here or presents the producer's current guard.
+        Otherwise its transaction ended (a marker dropped the guard) or it was never
+        verified: INVALID_TXN_STATE, which the producer takes as an abortable error."""
+        if not header.is_transactional or header.is_control or self.has_ongoing_txn(header.producer_id):
+            return None
+        current = self._guards.get(header.producer_id)
+        if guard is not None and guard is current:
+            return None
+        why = ("its verification was not started" if guard is None
+               else f"its verification (guard {guard.serial}) was overtaken by a transactional write or marker"
+                    f" (current guard: {'none' if current is None else current.serial})")
+        return Reject(ErrorCode.invalid_txn_state,
+                      f"producer {header.producer_id} epoch {header.producer_epoch}: the batch is not part of an ongoing "
+                      f"transaction on this partition; {why}")
+
     def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> Reject | None:
         """May a marker of this producer, sent by a coordinator in `coordinator_epoch`, be
         appended? Kafka's appendEndTxnMarker checks: the producer epoch is not older than the
@@ -188,6 +249,10 @@ class ProducerStateTable:
         comes with its decoded marker; returns the transaction an abort marker aborted."""
         if not header.has_producer_id:
             return None
+        if header.is_transactional and self._guards:
+            # As Kafka's updateProducers: a transactional write (data: the transaction is
+            # open here now; marker: it ended) ends any verification in flight for it.
+            self._guards.pop(header.producer_id, None)
         entry = self._entries.get(header.producer_id)
         if entry is None or header.producer_epoch > entry.producer_epoch:
             # A new epoch starts a new sequence space; the coordinator epoch carries over.
@@ -244,6 +309,9 @@ class ProducerStateTable:
         self._entries.clear()
         self._open.clear()
         self._unreplicated.clear()
+        # A rebuilt table (restore, truncation) may have lost the write a guard waits for:
+        # pending verifications start over (the producer retries or aborts).
+        self._guards.clear()
 
     def snapshot(self) -> bytes:
         """ReplayedState: every producer (with its retained batches) and the undecided

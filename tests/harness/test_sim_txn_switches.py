@@ -11,11 +11,15 @@ seeded simulated run with a fixed fault schedule, and the same run valid on the 
 - `transaction.offset.commit.skip.generation.check=true`: eos copies stalled past
   max.poll.interval.ms commit their offsets with their old generation (`eos-duplicate`).
 
-And a run the safe cluster gets wrong (strict xfail, found by the verification hunt's safe form,
-seed 1 of its two-fault 6-s form): with verification on, broker 2's messages to broker 1 lost
-for 2.5 s, an aborted send is read committed (G1a). Likely cause: the leader appends a batch once
-its verification answer arrives even when the transaction's abort marker was written
-meanwhile (Kafka's VerificationGuard refuses that append); cluster/broker/produce.py.
+And a run the safe cluster got wrong before the verification guard (found by the verification
+hunt's safe form, seed 1 of its two-fault 6-s form): broker 2's messages to broker 1 lost from
+2.4 s for 2.5 s. Broker 1 leads t0-0 and asked broker 2, the coordinator of logquake-txn-t-0,
+at 4.744 s to verify producer 0's epoch-1 batch (value 91); the answer (none: the partition was
+in the ongoing transaction) was lost and retransmitted, and arrived at 5.346 s, after the
+producer had timed out, aborted and its abort marker was written to t0-0 (5.310 s). The leader
+appended the batch anyway, opening a transaction there that the producer's next transaction
+(epoch 2) committed: G1a. Kafka's VerificationGuard refuses that append (INVALID_TXN_STATE), as
+the broker now does (cluster/broker/producer_state.py, cluster/broker/produce.py).
 
 Minutes each on the shared machine: soak. The hunts for them: tests/harness/test_hunt_txn.py."""
 
@@ -85,8 +89,6 @@ def test_the_live_target_client_primary_shows_it_on_the_hunts_shape(tmp_path: Pa
 
 
 @pytest.mark.soak
-@pytest.mark.xfail(strict=True, reason="the safe cluster appends a verified batch after its transaction's abort "
-                                       "marker (no verification guard): G1a with verification on")
 def test_with_verification_an_abort_marker_before_the_verified_append_refuses_it(tmp_path: Path) -> None:
     schedule = tmp_path / "schedule.json"
     schedule.write_text(json.dumps(MARKER_RACE_SCHEDULE))

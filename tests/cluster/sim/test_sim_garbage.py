@@ -117,7 +117,9 @@ def test_the_heap_is_frozen_while_the_loop_runs_and_thawed_after() -> None:
         try:
             before = gc.get_freeze_count()
             runtime.run(look(), timeout_s=10)
-            assert seen[1] == before, "nothing more was frozen"
+            # Frozen objects can still be freed by reference counting (the count may drop by a
+            # few between the two readings), never added to: <=, not ==.
+            assert seen[1] <= before, "nothing more was frozen"
             assert gc.get_freeze_count() > 0, "nor thawed"
         finally:
             gc.unfreeze()

@@ -54,6 +54,7 @@ from workloads.clients.aiokafka_txn import (
     CALL_TIMEOUT_S, COMMIT_TIMEOUT_S, INIT_TIMEOUT_S, group_metadata, kio_classify, kio_producer,
 )
 from workloads.clients.aiokafka_errors import classify
+from workloads.clients.aiokafka_stale_leader import refresh_metadata_on_stale_leader
 from workloads.clients.eos import COPY_ID_BITS, DELIVERY_DEADLINE_S, VERIFY_READ_S, VERIFY_SETTLE_S, EosKeys
 from workloads.clients.errors import Outcome
 from workloads.clients.kio_txn_producer import KioTxnProducer, TxnState
@@ -379,6 +380,7 @@ class AiokafkaEosClient(AiokafkaQueueClient):
         try:
             for consumer in (committed, uncommitted):
                 await asyncio.wait_for(consumer.start(), START_TIMEOUT_S)
+                refresh_metadata_on_stale_leader(consumer)
             ends, open_txns = await self._settled_ends(committed, uncommitted, tps)
             if open_txns:
                 return Completion("fail", None, error=["open-transactions", open_txns])

@@ -27,6 +27,7 @@ from aiokafka.errors import KafkaError
 from harness.generator import Completion, Invocation
 from workloads.clients.aiokafka_config import AiokafkaSettings
 from workloads.clients.aiokafka_errors import classify, classify_send
+from workloads.clients.aiokafka_stale_leader import refresh_metadata_on_stale_leader
 from workloads.clients.confluent import KeyMap
 from workloads.clients.errors import Outcome
 
@@ -152,6 +153,7 @@ class AiokafkaQueueClient:
                                         max_poll_records=self.max_poll_records, **self.settings.consumer)
             self._consumer = consumer
             await asyncio.wait_for(consumer.start(), START_TIMEOUT_S)
+            refresh_metadata_on_stale_leader(consumer)  # KAFKA-9535's rule: aiokafka_stale_leader
         return self._consumer
 
     def _tp(self, key: int) -> TopicPartition:

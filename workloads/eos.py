@@ -30,8 +30,8 @@ KIP-447's generation check must fence when it sends the offsets. Broker faults a
 in a rebalance cannot commit offsets for them: KIP-447's generation check).
 
 The final phase keeps copiers copying (without crashes) until every acknowledged input record
-has been copied by a committed copy and a round of copies found nothing more (or half the
-final phase's time limit has passed: a lost input record is never copied), then one
+has been copied by a committed copy and a round of copies found nothing more (or the copy
+window has passed: a lost input record is never copied; `copy_window_s`), then one
 verifier op reads both topics from the beginning to their end with read_committed. It waits
 first until no transaction is open on any partition (last stable offset = high watermark),
 since records behind an open one are not yet readable.
@@ -75,6 +75,15 @@ TXN_ID_PREFIX = "logquake-eos-copier"
 CRASH_KINDS = ("between", "before-commit")
 STALL_S = 9.0  # a stalled copier: past max.poll.interval.ms (STALL_CLIENT_CONFIG), within its transaction's timeout
 VERIFY_ATTEMPTS = 5  # verifier ops (each waits for open transactions to end) before giving up
+# The final phase's copy window (`copy_window_s`). A copier that died without leaving the group
+# (its LeaveGroup refused by a coordinator that moved while the brokers were paused; clients do
+# not retry it) keeps its partitions until its session times out, which a coordinator that
+# (re)loads the group counts from the load, so up to session.timeout.ms after the heal; then
+# the survivors rejoin, sync and fetch (HANDOVER_MARGIN_S). The verifier must still start
+# inside the phase (VERIFY_RESERVE_S: its read, once started, may run past the phase's limit).
+HANDOVER_MARGIN_S = 1.0
+VERIFY_RESERVE_S = 0.5
+LIBRDKAFKA_SESSION_TIMEOUT_MS = 45000  # librdkafka's default session.timeout.ms
 
 # The copier's transactions: a transaction a copier left open (a crash inside one) holds back
 # read_committed readers of its output partitions until the thread's next process fences it or
@@ -210,6 +219,18 @@ class EosObserver:
                 and self.empty_streak >= self.copiers)
 
 
+def copy_window_s(final_time_limit_s: float, session_timeout_ms: int) -> float:
+    """How long the final phase copies at most: half the phase (the rest for the verifier's
+    attempts), but at least the time the group takes to hand a dead copier's partitions to a
+    live one (session.timeout.ms and HANDOVER_MARGIN_S) where the phase has room for it.
+    With less, a run whose copiers all died in a fault (seeds 1 and 2 of the generation check's
+    safe hunt, tests/harness/test_eos_safe_replay.py) ended copying before Kafka's group
+    protocol had given their partitions to anyone, and the records it had not yet copied
+    were judged eos-missing."""
+    handover_s = session_timeout_ms / 1000 + HANDOVER_MARGIN_S
+    return max(final_time_limit_s / 2, min(handover_s, final_time_limit_s - VERIFY_RESERVE_S))
+
+
 class UntilCopied(Generator):
     """Run `gen` until committed copies have consumed past every target offset (frozen when
     first asked: the acknowledged input writes of the main phase), or for `limit_s` at most:
@@ -295,9 +316,10 @@ def build(spec: RunSpec, bootstrap_servers: str) -> Workload:
                          batch_size=opts.batch_size, poll_ms=opts.poll_ms, topics=topics(),
                          transactional_id=f"{TXN_ID_PREFIX}-{thread}" if opts.txn else None)
 
-    # Half the final phase for copying, the rest for the verifier (it waits up to 30 s for open
-    # transactions to end, then reads).
-    final = Seq(UntilCopied(EachThread(final_thread), observer, spec.final_time_limit_s / 2),
+    # Copying until drained or the copy window has passed, the rest of the final phase for the
+    # verifier (it waits up to 30 s for open transactions to end, then reads).
+    session_timeout_ms = int(client_config.get("session.timeout.ms", LIBRDKAFKA_SESSION_TIMEOUT_MS))
+    final = Seq(UntilCopied(EachThread(final_thread), observer, copy_window_s(spec.final_time_limit_s, session_timeout_ms)),
                 Synchronize(VerifyOnce(observer)))
     return Workload(
         name=NAME,

@@ -1,6 +1,8 @@
 """The generation-check hunt's safe form (the check on, `without_switch`) in its short shape
-(`--time-limit 10 --final-time-limit 6`), seed 1: its fourth run was judged eos-missing on
-the safe cluster. The replay of that run's schedule, deterministic in the simulation:
+(`--time-limit 10 --final-time-limit 6`) was judged eos-missing on the safe cluster at seed 1
+(run 4) and seed 2 (run 6). Replays of those runs' schedules, deterministic in the simulation.
+
+Seed 1, run 4 (a client bug):
 
 A pause of the primaries (0.2-4.6 s) moved the leadership of eos-input-0 from broker 1 to
 broker 2 (epoch 3). At 5.0 s a copier (process 3) was given partition 0; the group had no
@@ -13,6 +15,21 @@ Kafka's Java consumer (KAFKA-9535) and librdkafka refresh the metadata on that a
 simulated clients now do too (workloads/clients/aiokafka_stale_leader.py), and the run is
 valid (the first stale answers, for partitions 2 and 3, now refresh the metadata, so
 the run takes another course from there: two failed resets in all, every partition copied).
+
+Seed 2, run 6 (the final phase shorter than the group's handover): by 1.55 s all four copiers
+were in stalled copies (9 s); a pause of every broker from 6.7 s to the main phase's end held
+their offset sends and aborts until they timed out (30.3-30.6 s, abort-failed, the processes
+ended), and the heal came after them (30.58 s). The group coordinator had moved from broker 0
+to broker 2, which loaded the group (generation 2) with the four dead members: their
+LeaveGroup went to broker 0 (COORDINATOR_NOT_AVAILABLE, not retried), so they stayed members
+until their sessions (session.timeout.ms 6 s) expired 6 s after the load, at 36.59 s, when
+the final phase's copiers, joined since 31.69 s, got the partitions. The copy window was half
+the 6-s final phase (31.58-34.58 s): nothing was copied and the verifier (35.03 s) found 269
+input records missing, which Kafka's group protocol had not yet handed to any live copier.
+The window is now at least session.timeout.ms + 1 s where the phase has room for it
+(`workloads.eos.copy_window_s`: 5.5 s here), and the same schedule is valid: the copiers get
+the partitions at 36.59 s and copy everything before the verifier reads. (Replayed with the
+full form's 10-s final phase before the change, it was invalid too: 189 records missing.)
 """
 
 from __future__ import annotations
@@ -24,10 +41,14 @@ import pytest
 
 from harness.hunt_switches import SWITCH_HUNTS, without_switch
 from harness.testcmd import main
+from workloads.eos import copy_window_s
 
 SCHEDULE = {"faults": [{"kind": "pause", "targets": "primaries", "start_s": 0.2, "duration_s": 4.4}],
             "ops": [{"at_s": 0.2, "f": "start-pause", "value": {"nodes": None, "targets": "primaries"}},
                     {"at_s": 4.6, "f": "stop-pause", "value": None}]}
+# Seed 2's minimal schedule: every broker paused from 6.7 s until the heal.
+SCHEDULE_SEED_2 = {"faults": [{"kind": "pause", "targets": "primaries", "start_s": 6.7, "duration_s": 3.3}],
+                   "ops": [{"at_s": 6.7, "f": "start-pause", "value": {"nodes": None, "targets": "primaries"}}]}
 
 
 def _short_safe_argv() -> list[str]:
@@ -40,20 +61,47 @@ def _short_safe_argv() -> list[str]:
     return argv
 
 
-@pytest.mark.slow  # one simulated run (20 simulated s, ~1 wall s) and its Spark check
-def test_a_copier_whose_offset_reset_meets_a_moved_leader_refreshes_its_metadata_and_copies(tmp_path: Path) -> None:
-    schedule = tmp_path / "fault-schedule.json"
-    schedule.write_text(json.dumps(SCHEDULE))
-    code = main(["--sim", *_short_safe_argv(), "--nemesis-interval", "10", "--concurrency", "5", "--seed", "1",
-                 "--name", "eos-safe", "--fault-schedule", str(schedule), "--results-dir", str(tmp_path)])
+def _replay(tmp_path: Path, schedule: dict, seed: int) -> tuple[Path, list[dict]]:
+    path = tmp_path / "fault-schedule.json"
+    path.write_text(json.dumps(schedule))
+    code = main(["--sim", *_short_safe_argv(), "--nemesis-interval", "10", "--seed", str(seed),
+                 "--name", "eos-safe", "--fault-schedule", str(path), "--results-dir", str(tmp_path)])
     (run_dir,) = sorted(p for p in tmp_path.glob("eos-safe/2*") if p.is_dir())
     results = json.loads((run_dir / "results.json").read_text())
     assert code == 0 and results["valid"] is True, [(a["name"], a["count"]) for a in results["anomalies"]]
+    ops = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
+    return run_dir, ops
+
+
+def _copied_keys(ops: list[dict], after_s: float = 0.0) -> set[int]:
+    return {int(k) for op in ops if op["f"] == "copy" and op["type"] == "ok" and op["time_ns"] >= after_s * 1e9
+            for m in op["value"] or [] if m[0] == "poll" for k, pairs in m[1].items() if pairs}
+
+
+def test_the_copy_window_covers_the_groups_handover_where_the_final_phase_has_room() -> None:
+    assert copy_window_s(6, 6000) == 5.5  # the short form: all but the verifier's reserve
+    assert copy_window_s(10, 6000) == 7.0  # session timeout and the margin
+    assert copy_window_s(30, 6000) == 15.0  # half the phase, as before, when that is longer
+    assert copy_window_s(1, 6000) == 0.5
+    assert copy_window_s(20, 45000) == 19.5  # librdkafka's default session timeout
+
+
+@pytest.mark.slow  # one simulated run (20 simulated s, ~1 wall s) and its Spark check
+def test_a_copier_whose_offset_reset_meets_a_moved_leader_refreshes_its_metadata_and_copies(tmp_path: Path) -> None:
+    run_dir, ops = _replay(tmp_path, SCHEDULE, seed=1)
     # Offset resets still meet stale leaders (the pause moved them), and leave them at once:
     # without the refresh partition 0's reset asked broker 1 for the rest of the run (154 times).
     stale = (run_dir / "harness.log").read_text().count("Failed fetch offsets from")
     assert 1 <= stale <= 5, stale
-    ops = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
-    copied = {int(k) for op in ops if op["f"] == "copy" and op["type"] == "ok"
-              for m in op["value"] or [] if m[0] == "poll" for k, pairs in m[1].items() if pairs}
-    assert copied == {0, 1, 2, 3}, copied
+    assert _copied_keys(ops) == {0, 1, 2, 3}
+
+
+@pytest.mark.slow  # one simulated run (37 simulated s, ~1 wall s) and its Spark check
+def test_the_final_phase_copies_once_the_dead_copiers_sessions_expire(tmp_path: Path) -> None:
+    _, ops = _replay(tmp_path, SCHEDULE_SEED_2, seed=2)
+    dead = [op for op in ops if op["f"] == "copy" and op["type"] == "fail" and op.get("end_process")]
+    assert len(dead) == 4 and all(op["error"][0] == "abort-failed" for op in dead), "every copier died in the pause"
+    (heal,) = [op for op in ops if op["f"] == "stop-pause" and op["type"] == "info" and op["value"] == "heal"]
+    # Everything copied after the heal, by the final phase's copiers, once the group handed
+    # them the partitions (session.timeout.ms after the new coordinator loaded the group).
+    assert _copied_keys(ops, after_s=heal["time_ns"] / 1e9 + 6) == {0, 1, 2, 3}

@@ -418,11 +418,18 @@ class ReplicaManager:
     # ---- internal appends ------------------------------------------------------------
 
     def append_internal(self, tp: TopicPartition, build: Callable[[int, int], bytes], now_ms: int,
-                        on_committed: Callable[[ErrorCode], None], timeout_ms: int = 5000) -> None:
-        """Append a broker-built batch as leader and call back once it is committed (acks=-1)."""
+                        on_committed: Callable[[ErrorCode], None], timeout_ms: int = 5000,
+                        refuse: Callable[[Partition], ErrorCode | None] | None = None) -> None:
+        """Append a broker-built batch as leader and call back once it is committed (acks=-1).
+        `refuse`, asked on the leader just before the append: an error it returns is answered
+        instead (KIP-890's guard check for a verified TxnOffsetCommit)."""
         p = self.partitions.get(tp)
         if p is None or p.role != LEADER:
             on_committed(ErrorCode.not_leader_or_follower)
+            return
+        refused = refuse(p) if refuse is not None else None
+        if refused is not None:
+            on_committed(refused)
             return
         header = p.append_internal(build, now_ms)
         pending = p.wait_for_commit(header.next_offset, on_committed)

@@ -1,11 +1,15 @@
 """TxnOffsetCommit (v0-3), the group coordinator's side of a transaction: the offsets are
 written to the group's __consumer_offsets partition as a transactional batch of the
 producer and held pending (cluster.broker.txn_offsets) until the transaction's marker
-commits or drops them. From v3 a consumer's member id and generation are checked (KIP-447)."""
+commits or drops them. From v3 a consumer's member id and generation are checked (KIP-447).
+With transaction.partition.verification.enable (KIP-890 part 1) a batch that would open the
+producer's transaction on the offsets partition is verified with the transaction coordinator
+first and appended under the verification guard, as a transactional Produce is."""
 
 from __future__ import annotations
 
 import datetime
+import logging
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -13,15 +17,18 @@ from kio.schema.errors import ErrorCode
 from cluster.broker.env import Reply
 from cluster.broker.groups import OffsetToCommit
 from cluster.broker.offsets_log import offset_commit_batch, partition_for_group
-from cluster.broker.partition import TopicPartition
+from cluster.broker.partition import Partition, TopicPartition
+from cluster.broker.producer_state import VerificationGuard
 from cluster.broker.topics import OFFSETS_TOPIC
 from cluster.broker.txn_api import version_error
 from cluster.protocol.codec import Request, build, payload_class, response_class
 from cluster.protocol.versions import ApiKey
+from cluster.storage.batch import parse_header
 
 if TYPE_CHECKING:
     from cluster.broker.broker import Broker
 
+log = logging.getLogger(__name__)
 NO_THROTTLE = datetime.timedelta(0)
 # Kafka's offsets.commit.timeout.ms default: how long a commit waits for the ISR.
 OFFSETS_COMMIT_TIMEOUT_MS = 5000
@@ -78,6 +85,10 @@ def handle_txn_offset_commit(broker: Broker, request: Request, reply: Reply) -> 
         answer(lambda name, p: error_of(name, p, fenced))
         return
     now_ms = broker.clock.wall_ms()
+    tp = TopicPartition(OFFSETS_TOPIC, index)
+
+    def build_offsets(base: int, epoch: int) -> bytes:
+        return offset_commit_batch(group_id, offsets, now_ms, base, epoch, producer_id, producer_epoch)
 
     def stored(error: ErrorCode) -> None:
         from cluster.broker.broker import offset_commit_error
@@ -86,10 +97,47 @@ def handle_txn_offset_commit(broker: Broker, request: Request, reply: Reply) -> 
             broker.txn_offsets.add(index, producer_id, producer_epoch, group_id, offsets, now_ms)
         answer(lambda name, p: error_of(name, p, offset_commit_error(error)))
 
-    try:
-        broker.replicas.append_internal(
-            TopicPartition(OFFSETS_TOPIC, index),
-            lambda base, epoch: offset_commit_batch(group_id, offsets, now_ms, base, epoch, producer_id, producer_epoch),
-            now_ms, stored, OFFSETS_COMMIT_TIMEOUT_MS)
-    except OSError:
-        stored(ErrorCode.kafka_storage_error)
+    def append(guard: VerificationGuard | None) -> None:
+        def unverified(partition: Partition) -> ErrorCode | None:
+            # KIP-890 part 1 at the append (as produce.py's): the offsets either continue the
+            # producer's transaction here or present the guard their verification started
+            # under; a marker written while the answer travelled dropped that guard.
+            refused = partition.producers.check_verified(parse_header(build_offsets(partition.log_end_offset, partition.leader_epoch)), guard)
+            if refused is None:
+                return None
+            log.info("TxnOffsetCommit of %r to %s refused: %s", group_id, tp, refused.message)
+            return refused.error
+
+        try:
+            broker.replicas.append_internal(tp, build_offsets, now_ms, stored, OFFSETS_COMMIT_TIMEOUT_MS,
+                                            refuse=unverified if broker.config.transaction_partition_verification_enable else None)
+        except OSError:
+            stored(ErrorCode.kafka_storage_error)
+
+    partition = broker.partition(OFFSETS_TOPIC, index)
+    if (not broker.config.transaction_partition_verification_enable or partition is None or partition.leader_error() is not None
+            or not _opens_transaction(partition, producer_id, producer_epoch)):
+        append(None)
+        return
+    # KIP-890 part 1 for offsets (Kafka's GroupCoordinator.handleTxnCommitOffsets): the batch
+    # would open the producer's transaction on the offsets partition, so the transaction
+    # coordinator is asked first whether the partition is in its ongoing transaction (added
+    # by AddOffsetsToTxn). A TxnOffsetCommit delayed past its transaction's end is refused
+    # (INVALID_TXN_STATE) instead of opening a transaction no coordinator will ever end.
+    guard = partition.producers.start_verification(producer_id)
+
+    def verified(error: ErrorCode) -> None:
+        if error is not ErrorCode.none:
+            log.info("TxnOffsetCommit of %r to %s refused by verification: %s", group_id, tp, error.name)
+            stored(error)
+            return
+        append(guard)
+
+    broker.txn.verifier.verify(body.transactional_id, producer_id, producer_epoch, tp, verified)
+
+
+def _opens_transaction(partition: Partition, producer_id: int, producer_epoch: int) -> bool:
+    """Would a transactional batch of this producer open its transaction on `partition`?
+    (produce.opens_transaction's rule, for a batch not yet built.)"""
+    entry = partition.producers.entry(producer_id)
+    return entry is None or entry.current_txn_first_offset < 0 or producer_epoch > entry.producer_epoch

@@ -211,16 +211,24 @@ class ProducerStateTable:
         its producer's ongoing transaction here or presents the producer's current guard.
         Otherwise its transaction ended (a marker dropped the guard) or it was never
         verified: INVALID_TXN_STATE, which the producer takes as an abortable error."""
-        if not header.is_transactional or header.is_control or self.has_ongoing_txn(header.producer_id):
+        if not header.is_transactional or header.is_control:
             return None
-        current = self._guards.get(header.producer_id)
+        return self.check_verified_producer(header.producer_id, header.producer_epoch, guard)
+
+    def check_verified_producer(self, producer_id: int, producer_epoch: int,
+                                guard: VerificationGuard | None) -> Reject | None:
+        """check_verified for a transactional data batch of this producer not built yet (a
+        broker-built batch, TxnOffsetCommit's offsets)."""
+        if self.has_ongoing_txn(producer_id):
+            return None
+        current = self._guards.get(producer_id)
         if guard is not None and guard is current:
             return None
         why = ("its verification was not started" if guard is None
                else f"its verification (guard {guard.serial}) was overtaken by a transactional write or marker"
                     f" (current guard: {'none' if current is None else current.serial})")
         return Reject(ErrorCode.invalid_txn_state,
-                      f"producer {header.producer_id} epoch {header.producer_epoch}: the batch is not part of an ongoing "
+                      f"producer {producer_id} epoch {producer_epoch}: the batch is not part of an ongoing "
                       f"transaction on this partition; {why}")
 
     def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> Reject | None:

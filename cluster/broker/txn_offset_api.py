@@ -23,7 +23,6 @@ from cluster.broker.topics import OFFSETS_TOPIC
 from cluster.broker.txn_api import version_error
 from cluster.protocol.codec import Request, build, payload_class, response_class
 from cluster.protocol.versions import ApiKey
-from cluster.storage.batch import parse_header
 
 if TYPE_CHECKING:
     from cluster.broker.broker import Broker
@@ -102,7 +101,7 @@ def handle_txn_offset_commit(broker: Broker, request: Request, reply: Reply) -> 
             # KIP-890 part 1 at the append (as produce.py's): the offsets either continue the
             # producer's transaction here or present the guard their verification started
             # under; a marker written while the answer travelled dropped that guard.
-            refused = partition.producers.check_verified(parse_header(build_offsets(partition.log_end_offset, partition.leader_epoch)), guard)
+            refused = partition.producers.check_verified_producer(producer_id, producer_epoch, guard)
             if refused is None:
                 return None
             log.info("TxnOffsetCommit of %r to %s refused: %s", group_id, tp, refused.message)

@@ -175,6 +175,16 @@ def without_switch(argv: list[str]) -> list[str]:
 # (exit 3); on the safe cluster (`safe_find_hunt`: the switch off, min ISR 2) the same search
 # finds none. bench/bench_hunt.py times them; tests/harness/test_hunt_find.py runs them (soak).
 LOSS_ANOMALIES = "lost-write,unseen,inconsistent-offsets"
+# The min ISR 1 and ELR=0 hunts share their form: pauses and one kill at a time of brokers that
+# lose their unflushed tail (flushed every 80 ms), 1-s session timeout, 8-s runs.
+_PAUSE_THEN_KILL_UNFLUSHED: list[str] = [
+        "--find", LOSS_ANOMALIES, "--nemesis", "pause,kill", "--time-limit", "8", "--final-time-limit", "3",
+        "--quiet-period", "1", "--rate", "100", "--concurrency", "3", "--max-faults", "3", "--max-fault-targets", "kill=1",
+        "--max-fault-duration", "3",
+        "--cluster-config", "broker.session.timeout.ms=1000", "--cluster-config", "broker.heartbeat.interval.ms=250",
+        "--cluster-config", "log.crash.lose.unflushed=true", "--cluster-config", "log.flush.interval.ms=80",
+        "--cluster-config", "log.flush.scheduler.interval.ms=10"
+]
 FIND_HUNTS: dict[str, list[str]] = {
     # Brokers that lose their unflushed tail when killed: with min ISR 2 and eligible leader
     # replicas one kill at a time loses nothing, two of the ISR down at once can lose what they
@@ -207,26 +217,14 @@ FIND_HUNTS: dict[str, list[str]] = {
     # the same shape is valid at min ISR 2 with ELR and loses without it (the entry below).
     # Kills of at most 3 s: the lone leader comes back within the main phase and its lost
     # offsets go to new writes, which is what shows the loss (the final phase only reads).
-    "min.insync.replicas": [
-        "--find", LOSS_ANOMALIES, "--nemesis", "pause,kill", "--time-limit", "8", "--final-time-limit", "3",
-        "--quiet-period", "1", "--rate", "100", "--concurrency", "3", "--max-faults", "3", "--max-fault-targets", "kill=1",
-        "--max-fault-duration", "3",
-        "--cluster-config", "broker.session.timeout.ms=1000", "--cluster-config", "broker.heartbeat.interval.ms=250",
-        "--cluster-config", "log.crash.lose.unflushed=true", "--cluster-config", "log.flush.interval.ms=80",
-        "--cluster-config", "log.flush.scheduler.interval.ms=10", "--cluster-config", "min.insync.replicas=1"],
+    "min.insync.replicas": [*_PAUSE_THEN_KILL_UNFLUSHED, "--cluster-config", "min.insync.replicas=1"],
     # KIP-966's last replica standing: without eligible leader replicas (Kafka before 4.1) the
     # ISR keeps its last member when the others are fenced (paused past the session timeout),
     # and that member, crashing with its unflushed tail lost, is elected again: one kill loses
     # what min ISR 2 acknowledged (tests/harness/test_last_replica_standing_run.py replays such
     # a schedule). The safe form is the default, ELR on.
-    "eligible.leader.replicas.version": [
-        "--find", LOSS_ANOMALIES, "--nemesis", "pause,kill", "--time-limit", "8", "--final-time-limit", "3",
-        "--quiet-period", "1", "--rate", "100", "--concurrency", "3", "--max-faults", "3", "--max-fault-targets", "kill=1",
-        "--max-fault-duration", "3",
-        "--cluster-config", "broker.session.timeout.ms=1000", "--cluster-config", "broker.heartbeat.interval.ms=250",
-        "--cluster-config", "log.crash.lose.unflushed=true", "--cluster-config", "log.flush.interval.ms=80",
-        "--cluster-config", "log.flush.scheduler.interval.ms=10", "--cluster-config", "min.insync.replicas=2",
-        "--cluster-config", "eligible.leader.replicas.version=0"],
+    "eligible.leader.replicas.version": [*_PAUSE_THEN_KILL_UNFLUSHED, "--cluster-config", "min.insync.replicas=2",
+                                         "--cluster-config", "eligible.leader.replicas.version=0"],
 }
 # The switch's setting on the safe cluster (None: left out).
 SAFE_SETTING: dict[str, str | None] = {"log.crash.lose.unflushed": None, "unclean.leader.election.enable": None, "min.insync.replicas": "2",

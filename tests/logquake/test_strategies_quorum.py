@@ -96,13 +96,17 @@ def test_fault_links_name_controllers_by_id_only_when_asked() -> None:
 
 def test_a_controller_schedule_shrinks_to_one_controller_with_no_broker() -> None:
     # "Controller 1001 is killed for at least a second": the minimal example kills it alone, at once.
+    # Derandomized and unanchored: Hypothesis's shrinker can stop at a local minimum that keeps a
+    # 0.1-s kill of the primaries in front of the interesting fault (2 to 4 of 30 random seeds, with
+    # and without anchors, measured on Hypothesis 6.170); this test is about the controller
+    # targets shrinking, not about that.
     def interesting(schedule: tuple[Fault, ...]) -> bool:
         return any(f.kind == "kill" and not isinstance(f.targets, str) and 1001 in f.targets and f.duration_s >= 1
                    for f in schedule)
 
     minimal = find(fault_schedules(brokers=3, time_limit_s=10, kinds=("kill", "partition"), controllers=3,
-                                   node_kinds=("broker", "controller")), interesting,
-                   settings=settings(max_examples=5000, database=None))
+                                   node_kinds=("broker", "controller"), anchored=False), interesting,
+                   settings=settings(max_examples=5000, database=None, derandomize=True))
     assert minimal == (Fault("kill", (1001,), 0.0, 1.0),)
 
 

@@ -160,11 +160,14 @@ def _abandon(run: Run, phases: "_Phases", phases_run: Any, exc: BaseException) -
 def _client_log_to(run: Run) -> contextlib.AbstractContextManager[None]:
     """aiokafka's log goes to harness.log, as librdkafka's does in a real run (not stderr,
     where a simulated run's reconnect attempts to dead brokers would flood the terminal),
-    buffered: see harness.sim.run_log (the harness's own records are flushed at once)."""
+    buffered: see harness.sim.run_log (the harness's own records are flushed at once). So
+    does the simulated cluster's (`cluster` and below: elections, truncations, fencing), which
+    a real run's brokers and controllers write to their own log files: on the terminal a
+    hunt printed dozens of election warnings per example."""
     from harness.sim.run_log import buffered_run_log
 
     handler = getattr(run, "_log_handler", None)
-    return buffered_run_log(handler, run.log, ("aiokafka",))
+    return buffered_run_log(handler, run.log, ("aiokafka", "cluster"))
 
 
 def record_simulation(run: Run, info: dict[str, Any]) -> None:

@@ -102,10 +102,10 @@ def register(subparsers: Any) -> None:
                         "client>primary, client>primaries, primary>client, primaries>client (the client's links to "
                         "or from the leaders; default: none)")
     p.add_argument("--live-nodes", default=None, metavar="SPEC[,SPEC]",
-                   help="live controller targets kill, pause and partition draw besides node ids and "
-                        "active-controller, resolved when the fault starts: raft-leader (the leader of the highest "
-                        "Raft epoch, its LeaderChange committed or not); needs --nemesis-option node_kinds naming "
-                        "controller (default: none)")
+                   help="live targets kill, pause and partition draw besides node ids and the other live specs, "
+                        "resolved when the fault starts: raft-leader (the leader of the highest Raft epoch, its "
+                        "LeaderChange committed or not; needs --nemesis-option node_kinds naming controller), primary "
+                        "(kill and pause: the broker leading the most tested partitions) (default: none)")
     p.add_argument("--base-schedule", default=None, metavar="FILE",
                    help="faults every example keeps (a --fault-schedule file with its 'faults' list, as a hunt "
                         "writes it): each schedule is these plus the drawn ones, and the shrink keeps them; their "

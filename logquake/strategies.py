@@ -3,7 +3,8 @@
 A schedule is a tuple of `Fault`s: which fault (`kind`, a nemesis package: kill, pause,
 partition, clock, disk, link-delay, link-loss, link-duplicate, link-reorder), on which
 brokers (`targets`: broker ids, or a live spec the package resolves when the fault starts:
-"primaries", "primary" for partitions; for the link kinds, directed links between brokers,
+"primaries", "primary" for partitions, and for kill and pause when `live_nodes` asks for it
+(the broker leading the most tested partitions); for the link kinds, directed links between brokers,
 the controller and the client host, as nemeses.link_faults takes them, or a live link target:
 "client>primary", "client>primaries" (the client's links to the leaders) and the reverse,
 resolved when the fault starts, drawn only when `live_links` names them), when (`start_s`,
@@ -89,12 +90,18 @@ PARTITION_LIVE_SPECS: tuple[str, ...] = ("primary", "primaries")
 # The quorum's leader, resolved when the fault starts (nemeses.targets): kill and pause take
 # it as a node, partition as a topology cutting it off from every other node.
 CONTROLLER_LIVE_SPECS: tuple[str, ...] = ("active-controller",)
-# Live controller specs drawn only when a schedule asks for them (`live_nodes`): the Raft
-# leader, the leader of the highest epoch whether its LeaderChange is committed or not
+# Live node specs drawn only when a schedule asks for them (`live_nodes`). "raft-leader": the
+# leader of the highest Raft epoch whether its LeaderChange is committed or not
 # (nemeses.targets). Cutting a leader off inside the window between its election and its
 # LeaderChange reaching the others (Raft's Figure 8) needs it: active-controller names
-# only a leader that has committed it.
-LIVE_NODE_SPECS: tuple[str, ...] = ("raft-leader",)
+# only a leader that has committed it. "primary" (kill and pause; partitions draw it
+# anyway): the broker leading the most tested partitions when the fault starts. After a
+# pause fenced the other in-sync replicas it is the last one standing, and a kill of it is
+# the shape of the losses of min ISR 1 and of KIP-966's last replica standing; an explicit
+# id names it only when the draw guesses which broker the controller left in the ISR.
+LIVE_NODE_SPECS: tuple[str, ...] = ("raft-leader", "primary")
+# The live node specs that name a controller (the rest name a broker).
+CONTROLLER_LIVE_NODE_SPECS: tuple[str, ...] = ("raft-leader",)
 CONTROLLER_KINDS: tuple[str, ...] = ("kill", "pause", "partition", *LINK_KINDS)
 # nemeses.targets.NODE_KINDS and cluster.sim.cluster.CONTROLLER_ID, spelled out as above.
 NODE_KIND_NAMES: tuple[str, ...] = ("broker", "controller")
@@ -392,15 +399,20 @@ def _live_links(names: Sequence[str], node_kinds: Sequence[str]) -> list[str]:
     return [n for n in LIVE_LINK_SPECS if n in names]
 
 
-def _live_nodes(names: Sequence[str], quorum: Sequence[int]) -> tuple[str, ...]:
-    """`names` in LIVE_NODE_SPECS order; ValueError for an unknown one, or without a
-    quorum's controllers among the targets (they name a controller)."""
+def _live_nodes(names: Sequence[str], quorum: Sequence[int], on_brokers: bool = True) -> tuple[str, ...]:
+    """`names` in LIVE_NODE_SPECS order; ValueError for an unknown one, for raft-leader
+    without a quorum's controllers among the targets (it names a controller), and for
+    primary without the brokers (it names one)."""
     unknown = [n for n in names if n not in LIVE_NODE_SPECS]
     if unknown:
         raise ValueError(f"live nodes {', '.join(unknown)}: choose from {', '.join(LIVE_NODE_SPECS)}")
-    if names and not quorum:
-        raise ValueError(f"live nodes {', '.join(names)} name a controller of a metadata quorum: node_kinds must name "
-                         "controller (with --controllers 3 or 5)")
+    of_controllers = [n for n in names if n in CONTROLLER_LIVE_NODE_SPECS]
+    if of_controllers and not quorum:
+        raise ValueError(f"live nodes {', '.join(of_controllers)} name a controller of a metadata quorum: node_kinds "
+                         "must name controller (with --controllers 3 or 5)")
+    of_brokers = [n for n in names if n not in CONTROLLER_LIVE_NODE_SPECS]
+    if of_brokers and not on_brokers:
+        raise ValueError(f"live nodes {', '.join(of_brokers)} name a broker: node_kinds must name broker")
     return tuple(n for n in LIVE_NODE_SPECS if n in names)
 
 
@@ -436,9 +448,10 @@ def faults(kind: str, brokers: Sequence[int] | int, time_limit_s: float, *, max_
     and link faults draw among the `controllers` too (a count or the node ids), and "broker"
     left out of it draws those kinds among the controllers only. `live_links` (of
     LIVE_LINK_SPECS) are drawn by link faults as often as explicit link sets, which they
-    shrink toward ("client>primary" first). `live_nodes` (of LIVE_NODE_SPECS: "raft-leader")
-    are drawn by kill, pause and partition on a quorum's controllers as often as explicit
-    node sets and as the other live specs, and shrink toward those."""
+    shrink toward ("client>primary" first). `live_nodes` (of LIVE_NODE_SPECS: "raft-leader"
+    on a quorum's controllers, drawn by kill, pause and partition; "primary", the busiest
+    leader, drawn by kill and pause) are drawn as often as explicit node sets and as the
+    other live specs, and shrink toward those."""
     broker_ids = list(range(brokers)) if isinstance(brokers, int) else sorted(brokers)
     if kind not in KINDS:
         raise ValueError(f"fault kind {kind!r} is not one of {', '.join(KINDS)}")
@@ -447,8 +460,8 @@ def faults(kind: str, brokers: Sequence[int] | int, time_limit_s: float, *, max_
     if time_limit_s <= 0:
         raise ValueError(f"time_limit_s must be positive, got {time_limit_s}")
     quorum = _quorum(controllers, node_kinds)
-    asked = _live_nodes(live_nodes, quorum)
     on_brokers = "broker" in node_kinds
+    asked = _live_nodes(live_nodes, quorum, on_brokers)
     if not on_brokers and kind not in CONTROLLER_KINDS:
         raise ValueError(f"{kind} faults act on brokers only: node_kinds=controller leaves them nothing to target")
     # The nodes this kind's sets are drawn from: brokers first, so sets shrink toward fewer controllers.
@@ -493,8 +506,10 @@ def faults(kind: str, brokers: Sequence[int] | int, time_limit_s: float, *, max_
     branches = [targets]
     if live_targets and live:
         branches.append(st.sampled_from(live))
+    # One node each: within any max_targets. A partition draws "primary" among its own live specs.
+    asked = tuple(n for n in asked if n in CONTROLLER_LIVE_NODE_SPECS or kind in ("kill", "pause"))
     if asked and kind in CONTROLLER_KINDS:
-        branches.append(st.sampled_from(asked))  # one node: within any max_targets
+        branches.append(st.sampled_from(asked))
     if len(branches) > 1:
         targets = st.one_of(*branches)
     delta = st.integers(-MAX_CLOCK_DELTA_MS, MAX_CLOCK_DELTA_MS) if kind == "clock" else st.just(0)
@@ -517,8 +532,8 @@ def fault_schedules(brokers: Sequence[int] | int = 3, time_limit_s: float = 60.0
     from an earlier one (the module docstring says how). `live_links` (LIVE_LINK_SPECS)
     are drawn by the link kinds besides explicit links: "client>primary" holds the client's
     requests to the busiest leader and not those to a coordinator elsewhere. `live_nodes`
-    (LIVE_NODE_SPECS: "raft-leader") are drawn by kill, pause and partition besides their
-    other targets, with "controller" in `node_kinds`."""
+    (LIVE_NODE_SPECS: "raft-leader", with "controller" in `node_kinds`; "primary") are
+    drawn by kill, pause and partition (primary: kill and pause) besides their other targets."""
     kinds = tuple(kinds)
     if not kinds:
         raise ValueError("kinds: name at least one fault kind")

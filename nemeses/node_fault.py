@@ -11,7 +11,7 @@ from typing import Any
 
 from cluster.control import ClusterControl, ControlError
 from nemeses.base import NemesisOptions, alternate, fault_nodes, live_controller, live_primaries
-from nemeses.targets import CONTROLLER_SPECS, choose_nodes
+from nemeses.targets import CONTROLLER_SPECS, busiest_leader, choose_nodes
 
 
 class NodeFaultPackage(ABC):
@@ -52,9 +52,13 @@ class NodeFaultPackage(ABC):
         if value["targets"] in CONTROLLER_SPECS:
             return live_controller(self.control, value["targets"])
         try:
-            return live_primaries(self.control, self.options.primary_topics)
+            leaders, seen = live_primaries(self.control, self.options.primary_topics)
         except ControlError as error:
             return [], {"error": str(error)}
+        if value["targets"] == "primary":
+            busiest = busiest_leader(list(seen["leaders"].values()))
+            return ([] if busiest is None else [busiest]), {**seen, "primary": busiest}
+        return leaders, seen
 
     def start(self, value: Any) -> dict:
         nodes, seen = self.resolve(value)

@@ -8,6 +8,9 @@ Node specs (Jepsen's vocabulary, for kill, pause and clock):
     all             every broker
     primaries       the leaders of the topic-partitions: live state, resolved when the
                     fault is performed and recorded in its completion
+    primary         the broker leading the most tested partitions (ties: the lowest id),
+                    live state: after the other in-sync replicas were fenced it is the
+                    last one standing, which a kill then takes down with what it alone holds
     active-controller  the active controller of the metadata quorum (live state)
     raft-leader     the quorum's Raft leader: the leader of the highest epoch, whether its
                     LeaderChange is committed (it is then the active controller) or not yet
@@ -54,7 +57,7 @@ import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-NODE_SPECS: tuple[str, ...] = ("one", "minority", "minority-third", "majority", "all", "primaries")
+NODE_SPECS: tuple[str, ...] = ("one", "minority", "minority-third", "majority", "all", "primaries", "primary")
 PARTITION_TOPOLOGIES: tuple[str, ...] = ("one", "majority", "minority-third", "majorities-ring", "bridge", "one-way", "primaries",
                                          "primary")
 LIVE_SPECS = frozenset({"primaries", "primary", "active-controller", "raft-leader"})

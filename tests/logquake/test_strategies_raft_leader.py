@@ -15,14 +15,15 @@ from hypothesis import find, given, settings
 
 from harness.hunt import describe_fault
 from harness.hunt_schedule import check_targets, read_schedule
-from logquake.strategies import LIVE_NODE_SPECS, Fault, fault_schedules, faults, ops, schedule_json
+from logquake.strategies import CONTROLLER_LIVE_NODE_SPECS, LIVE_NODE_SPECS, Fault, fault_schedules, faults, ops, schedule_json
 from nemeses import targets
 
 QUORUM = {"brokers": 3, "time_limit_s": 5, "controllers": 3, "node_kinds": ("controller",)}
 
 
 def test_the_live_node_names_are_the_nemeses_own() -> None:
-    assert set(LIVE_NODE_SPECS) <= set(targets.CONTROLLER_SPECS) and set(LIVE_NODE_SPECS) <= targets.LIVE_SPECS
+    assert set(CONTROLLER_LIVE_NODE_SPECS) <= set(targets.CONTROLLER_SPECS) and set(LIVE_NODE_SPECS) <= targets.LIVE_SPECS
+    assert set(LIVE_NODE_SPECS) - set(CONTROLLER_LIVE_NODE_SPECS) <= set(targets.NODE_SPECS)
 
 
 def test_a_raft_leader_fault_prints_round_trips_and_becomes_the_packages_op(tmp_path: Path) -> None:
@@ -71,7 +72,7 @@ def test_raft_leader_is_drawn_about_as_often_as_the_other_targets() -> None:
 
 
 def test_a_raft_leader_fault_shrinks_toward_explicit_ids_then_active_controller() -> None:
-    strategy = fault_schedules(kinds=("partition",), live_nodes=LIVE_NODE_SPECS, **QUORUM)
+    strategy = fault_schedules(kinds=("partition",), live_nodes=CONTROLLER_LIVE_NODE_SPECS, **QUORUM)
     # Any live target late in the run: the simplest is the active controller, at the earliest start.
     schedule = find(strategy, lambda s: any(isinstance(f.targets, str) and f.start_s >= 2 for f in s),
                     settings=settings(max_examples=2000, database=None, derandomize=True))
@@ -85,7 +86,9 @@ def test_a_raft_leader_fault_shrinks_toward_explicit_ids_then_active_controller(
     (lambda: Fault("pause", "raft-leaders", 0, 1), "a live spec is one of .*raft-leader"),
     (lambda: Fault("clock", "raft-leader", 0, 1), "a live spec is one of primaries$"),
     (lambda: fault_schedules(kinds=("partition",), live_nodes=("leader",), **QUORUM),
-     "live nodes leader: choose from raft-leader"),
+     "live nodes leader: choose from raft-leader, primary"),
+    (lambda: fault_schedules(kinds=("kill",), live_nodes=("primary",), **QUORUM),
+     "live nodes primary name a broker: node_kinds must name broker"),
     (lambda: fault_schedules(3, 5, ("partition",), live_nodes=("raft-leader",)),
      "name a controller of a metadata quorum: node_kinds must name controller"),
     (lambda: fault_schedules(kinds=("link-delay",), live_nodes=("raft-leader",), **QUORUM),

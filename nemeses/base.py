@@ -32,8 +32,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
-from cluster.control import ClusterControl
-from nemeses.targets import CONTROLLER_SPECS, NODE_KINDS, NODE_SPECS, PARTITION_TOPOLOGIES
+from cluster.control import ClusterControl, ControlError
+from nemeses.targets import CONTROLLER_SPECS, NODE_KINDS, NODE_SPECS, PARTITION_TOPOLOGIES, busiest_leader
 
 # The report's fault-band colours (harness/report/faults.py), kept equal so a band drawn
 # from a package and one drawn from a history agree. They are stronger than Jepsen's pastel
@@ -253,6 +253,21 @@ def live_primaries(control: ClusterControl, topics: Sequence[str] | None) -> tup
         leaders = {tp: leader for tp, leader in leaders.items() if not tp.topic.startswith("__")}
     seen = {f"{tp.topic}-{tp.partition}": leader for tp, leader in sorted(leaders.items())}
     return sorted(set(leaders.values())), {"leaders": seen}
+
+
+def live_leaders(control: ClusterControl, spec: str, topics: Sequence[str] | None) -> tuple[list[int], dict]:
+    """The brokers the live broker spec `spec` names now: "primary", the one leading the most
+    tested partitions (ties: the lowest id; none when nothing is led), else every leader
+    ("primaries"); with what was seen, for the completion. A control that cannot read the
+    leaders gives no broker and the error."""
+    try:
+        leaders, seen = live_primaries(control, topics)
+    except ControlError as error:
+        return [], {"error": str(error)}
+    if spec != "primary":
+        return leaders, seen
+    busiest = busiest_leader(list(seen["leaders"].values()))
+    return ([] if busiest is None else [busiest]), {**seen, "primary": busiest}
 
 
 def live_controller(control: Any, spec: str) -> tuple[list[int], dict]:

@@ -18,8 +18,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from cluster.control import ClusterControl, ControlError
-from nemeses.base import COLORS, NemesisError, NemesisOptions, alternate, fault_nodes, live_controller, live_primaries
+from cluster.control import ClusterControl
+from nemeses.base import COLORS, NemesisError, NemesisOptions, alternate, fault_nodes, live_controller, live_leaders
 from nemeses.targets import CONTROLLER_SPECS, choose_nodes
 
 MAX_STROBE_DURATION_S = 32.0
@@ -108,10 +108,7 @@ class ClockPackage:
             return sorted(int(n) for n in value["nodes"]), {}
         if value.get("targets") in CONTROLLER_SPECS:
             return live_controller(self.control, value["targets"])
-        try:
-            return live_primaries(self.control, self.options.primary_topics)
-        except ControlError as error:
-            return [], {"error": str(error)}
+        return live_leaders(self.control, value.get("targets", "primaries"), self.options.primary_topics)
 
     def start(self, value: Any) -> dict:
         if not isinstance(value, dict) or value.get("kind") not in ("bump", "strobe"):

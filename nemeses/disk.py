@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from cluster.control import ClusterControl, ControlError
-from nemeses.base import COLORS, DISK_KINDS, NemesisOptions, alternate, live_primaries
+from nemeses.base import COLORS, DISK_KINDS, NemesisOptions, alternate, live_leaders
 from nemeses.targets import choose_nodes
 
 # Slow-fsync delays are drawn from [2^lo, 2^hi) ms.
@@ -86,10 +86,7 @@ class DiskPackage:
         if value.get("nodes") is not None:
             nodes, seen = sorted(int(n) for n in value["nodes"]), {}
         else:
-            try:
-                nodes, seen = live_primaries(self.control, self.options.primary_topics)
-            except ControlError as error:
-                nodes, seen = [], {"error": str(error)}
+            nodes, seen = live_leaders(self.control, value.get("targets", "primaries"), self.options.primary_topics)
         done, errors = [], {}
         with self._lock:
             for node in nodes:

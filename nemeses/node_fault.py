@@ -9,9 +9,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from typing import Any
 
-from cluster.control import ClusterControl, ControlError
-from nemeses.base import NemesisOptions, alternate, fault_nodes, live_controller, live_primaries
-from nemeses.targets import CONTROLLER_SPECS, busiest_leader, choose_nodes
+from cluster.control import ClusterControl
+from nemeses.base import NemesisOptions, alternate, fault_nodes, live_controller, live_leaders
+from nemeses.targets import CONTROLLER_SPECS, choose_nodes
 
 
 class NodeFaultPackage(ABC):
@@ -51,14 +51,7 @@ class NodeFaultPackage(ABC):
             return sorted(int(n) for n in value["nodes"]), {}
         if value["targets"] in CONTROLLER_SPECS:
             return live_controller(self.control, value["targets"])
-        try:
-            leaders, seen = live_primaries(self.control, self.options.primary_topics)
-        except ControlError as error:
-            return [], {"error": str(error)}
-        if value["targets"] == "primary":
-            busiest = busiest_leader(list(seen["leaders"].values()))
-            return ([] if busiest is None else [busiest]), {**seen, "primary": busiest}
-        return leaders, seen
+        return live_leaders(self.control, value["targets"], self.options.primary_topics)
 
     def start(self, value: Any) -> dict:
         nodes, seen = self.resolve(value)

@@ -1,4 +1,4 @@
-"""The live node target "primary" of kill and pause (the broker leading the most tested
+"""The live node target "primary" of kill, pause and clock (the broker leading the most tested
 partitions, ties: the lowest id), resolved when the fault starts from the leaders a simulated
 run's SimControl reads: the broker taken, the leaders seen and the primary are in the
 completion; with no leader known nothing is taken and the completion says why. As a fault schedule
@@ -26,7 +26,7 @@ def test_kill_and_pause_of_the_primary_take_the_busiest_leader_when_they_start()
     assert create_topic(sim, 0, "t0", 5, 3).error_code == ErrorCode.none
     control = SimControl(sim, schedule=lambda delay_s, action: None)
     sim.run_until(lambda: len(control.leaders(["t0"])) == 5, 30_000, what="t0's leaders")
-    kill, pause = build_sim_packages(["kill", "pause"], control)
+    kill, pause, clock = build_sim_packages(["kill", "pause", "clock"], control)
     led = [leader for _, leader in sorted(control.leaders(["t0"]).items())]
     primary = busiest_leader(led)
     assert primary is not None and led.count(primary) >= 2  # five partitions on three brokers
@@ -37,6 +37,11 @@ def test_kill_and_pause_of_the_primary_take_the_busiest_leader_when_they_start()
     assert control.is_paused(primary) and not any(control.is_paused(b) for b in sim.broker_ids if b != primary)
     pause.invoke("stop-pause", None)
     assert not control.is_paused(primary)
+
+    # db_targets=primary reaches the clock package too (a seeded run's clock faults).
+    bumped = clock.invoke("start-clock", {"kind": "bump", "delta_ms": 500, "targets": "primary", "nodes": None})
+    assert bumped["nodes"] == [primary] and list(bumped["offsets"]) == [str(primary)]
+    clock.invoke("stop-clock", None)
 
     killed = kill.invoke("start-kill", {"targets": "primary", "nodes": None})
     assert killed["nodes"] == [primary] and [k["node"] for k in killed["killed"]] == [primary]

@@ -30,6 +30,23 @@ The window is now at least session.timeout.ms + 1 s where the phase has room for
 (`workloads.eos.copy_window_s`: 5.5 s here), and the same schedule is valid: the copiers get
 the partitions at 36.59 s and copy everything before the verifier reads. (Replayed with the
 full form's 10-s final phase before the change, it was invalid too: 189 records missing.)
+
+Seed 1, run 9 of the full form (12 + 10 s; a client bug): `pause[primaries] 10.1+7.1s`, every
+broker paused from 10.3 s; the stop fell past the main phase, so the heal waited for the
+in-flight copies, which ended at their client timeouts (36.1-37.0 s, abort-failed, the
+processes ended), and came at 37.01 s. Broker 0 had coordinated the group (generation 4:
+copiers 6, 7, 8); broker 2 took over __consumer_offsets-2 and loaded it with those three
+members at 37.014 (their sessions counted from the load, as in Kafka). Process 8's consumer
+was being closed from 37.012 while it looked its coordinator up; aiokafka 0.14's background
+task then found broker 2 and sent a JoinGroup anyway (37.020), which the coordinator parked
+until the rebalance completed; the close waited for it, the client's 5-s close timeout ended
+it, and no LeaveGroup was sent. When 6 and 7 expired (43.014, load + session.timeout.ms) the
+new generation's leader was that member 8, whose process was gone: it never sent SyncGroup,
+and the final phase's four copiers waited in SyncGroup past the copy window (38.0-45.0 s) and
+the phase (48 s): 145 input records judged eos-missing. A closing consumer now starts no join
+(workloads/clients/aiokafka_closing_rejoin.py: the Java consumer joins only from poll() and
+leaves on close), so member 8 leaves at 37.020, generation 5 is the four live copiers at
+43.014, and everything is copied by 43.3 s: valid (invalid, eos-missing 145, without it).
 """
 
 from __future__ import annotations
@@ -51,20 +68,32 @@ SCHEDULE_SEED_2 = {"faults": [{"kind": "pause", "targets": "primaries", "start_s
                    "ops": [{"at_s": 6.7, "f": "start-pause", "value": {"nodes": None, "targets": "primaries"}}]}
 
 
-def _short_safe_argv() -> list[str]:
-    """The safe hunt's run arguments with the short phases the failing hunt used."""
+# Seed 1, run 9 of the full form: every broker paused from 10.1 s until the heal.
+SCHEDULE_FULL_SEED_1 = {"faults": [{"kind": "pause", "targets": "primaries", "start_s": 10.1, "duration_s": 7.1}],
+                        "ops": [{"at_s": 10.1, "f": "start-pause", "value": {"nodes": None, "targets": "primaries"}}]}
+
+
+def _safe_argv() -> list[str]:
+    """The safe hunt's run arguments (the generation check on), without the hunt's own options."""
     argv = without_switch(SWITCH_HUNTS["transaction.offset.commit.skip.generation.check"])
     argv = [a for i, a in enumerate(argv) if a != "--max-faults" and (i == 0 or argv[i - 1] != "--max-faults")]
-    argv[argv.index("--time-limit") + 1] = "10"
-    argv[argv.index("--final-time-limit") + 1] = "6"
     assert not any(a.startswith("transaction.offset.commit.skip.generation.check") for a in argv)
     return argv
 
 
-def _replay(tmp_path: Path, schedule: dict, seed: int) -> tuple[Path, list[dict]]:
+def _short_safe_argv() -> list[str]:
+    """The safe hunt's run arguments with the short phases the failing hunt used."""
+    argv = _safe_argv()
+    argv[argv.index("--time-limit") + 1] = "10"
+    argv[argv.index("--final-time-limit") + 1] = "6"
+    return argv
+
+
+def _replay(tmp_path: Path, schedule: dict, seed: int, argv: list[str] | None = None) -> tuple[Path, list[dict]]:
     path = tmp_path / "fault-schedule.json"
     path.write_text(json.dumps(schedule))
-    code = main(["--sim", *_short_safe_argv(), "--nemesis-interval", "10", "--seed", str(seed),
+    argv = _short_safe_argv() if argv is None else argv
+    code = main(["--sim", *argv, "--nemesis-interval", "10", "--seed", str(seed),
                  "--name", "eos-safe", "--fault-schedule", str(path), "--results-dir", str(tmp_path)])
     (run_dir,) = sorted(p for p in tmp_path.glob("eos-safe/2*") if p.is_dir())
     results = json.loads((run_dir / "results.json").read_text())
@@ -105,3 +134,20 @@ def test_the_final_phase_copies_once_the_dead_copiers_sessions_expire(tmp_path: 
     # Everything copied after the heal, by the final phase's copiers, once the group handed
     # them the partitions (session.timeout.ms after the new coordinator loaded the group).
     assert _copied_keys(ops, after_s=heal["time_ns"] / 1e9 + 6) == {0, 1, 2, 3}
+
+
+@pytest.mark.slow  # one simulated run (44 simulated s, ~1 wall s) and its Spark check
+def test_a_copier_closed_while_its_coordinator_was_unknown_leaves_instead_of_rejoining(tmp_path: Path) -> None:
+    _, ops = _replay(tmp_path, SCHEDULE_FULL_SEED_1, seed=1, argv=_safe_argv())
+    (heal,) = [op for op in ops if op["f"] == "stop-pause" and op["type"] == "info" and op["value"] == "heal"]
+    heal_s = heal["time_ns"] / 1e9
+    dead = [op for op in ops if op["f"] == "copy" and op["type"] == "fail" and op.get("end_process")
+            and 10.1 < op["time_ns"] / 1e9 <= heal_s]
+    assert len(dead) == 3 and all(op["error"][0] == "abort-failed" for op in dead), "three copiers died in the pause"
+    # The group is handed to the final phase's copiers when the dead members' sessions
+    # (session.timeout.ms 6 s) expire after the new coordinator loaded it at the heal; a
+    # closing copier that had rejoined led that generation and held it another 6 s.
+    first = min(op["time_ns"] / 1e9 for op in ops if op["f"] == "copy" and op["type"] == "ok"
+                and op["time_ns"] / 1e9 > heal_s and _copied_keys([op]))
+    assert heal_s + 6 <= first < heal_s + 7, (heal_s, first)
+    assert _copied_keys(ops, after_s=heal_s) == {0, 1, 2, 3}

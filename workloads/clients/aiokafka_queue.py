@@ -25,6 +25,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
 
 from harness.generator import Completion, Invocation
+from workloads.clients.aiokafka_closing_rejoin import no_rejoin_while_closing
 from workloads.clients.aiokafka_config import AiokafkaSettings
 from workloads.clients.aiokafka_errors import classify, classify_send
 from workloads.clients.aiokafka_stale_leader import refresh_metadata_on_stale_leader
@@ -154,6 +155,7 @@ class AiokafkaQueueClient:
             self._consumer = consumer
             await asyncio.wait_for(consumer.start(), START_TIMEOUT_S)
             refresh_metadata_on_stale_leader(consumer)  # KAFKA-9535's rule: aiokafka_stale_leader
+            no_rejoin_while_closing(consumer)  # the Java consumer's: aiokafka_closing_rejoin
         return self._consumer
 
     def _tp(self, key: int) -> TopicPartition:

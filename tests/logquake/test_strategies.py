@@ -62,8 +62,11 @@ def test_schedules_shrink_to_fewer_earlier_shorter_faults_on_lower_brokers() -> 
         return any(f.kind == "kill" and not isinstance(f.targets, str) and 2 in f.targets and f.duration_s >= 1.5
                    and f.start_s >= 1 for f in schedule)
 
+    # Derandomized: Hypothesis's shrinker can stop at a local minimum that keeps a 0.1-s kill
+    # of the primaries in front (3 of 30 random seeds, Hypothesis 6.170), which `logquake hunt`
+    # mends with its pass without each fault (tests/harness/test_hunt_drop.py).
     minimal = find(fault_schedules(brokers=3, time_limit_s=10, kinds=("kill", "partition")), interesting,
-                   settings=settings(max_examples=5000, database=None))
+                   settings=settings(max_examples=5000, database=None, derandomize=True))
     assert minimal == (Fault("kill", (2,), 1.0, 1.5),)
 
 

@@ -113,7 +113,7 @@ def test_a_controller_schedule_shrinks_to_one_controller_with_no_broker() -> Non
 def test_the_active_controller_stays_drawable_under_a_target_bound() -> None:
     drawn = find(fault_schedules(brokers=3, time_limit_s=5, kinds=("kill",), controllers=3, node_kinds=("broker", "controller"),
                                  max_targets={"kill": 1}), lambda s: any(f.targets == "active-controller" for f in s),
-                 settings=settings(max_examples=2000, database=None))
+                 settings=settings(max_examples=2000, database=None, derandomize=True))
     assert drawn == (Fault("kill", "active-controller", 0.0, 0.1),)
 
 

@@ -138,11 +138,6 @@ class Group:
     storing_assignment: bool = False
     # Static members (KIP-345): group.instance.id -> the member id it holds now.
     static_members: dict[str, str] = field(default_factory=dict)
-    # Members of the generation just formed that have not sent SyncGroup yet, removed when the
-    # rebalance timeout passes (Kafka's pending sync): a leader that never syncs does not
-    # hold its followers' assignments forever.
-    pending_sync: set[str] = field(default_factory=set)
-    sync_timer: TimerHandle | None = None
 
 
 PersistDone = Callable[[ErrorCode], None]
@@ -232,7 +227,6 @@ class GroupCoordinator:
             if group.rebalance_timer is not None:
                 group.rebalance_timer.cancel()
                 group.rebalance_timer = None
-            self._clear_pending_sync(group)
             for timer in group.pending_members.values():
                 timer.cancel()
             group.pending_members.clear()
@@ -410,7 +404,6 @@ class GroupCoordinator:
         return bool(names & common)
 
     def _prepare_rebalance(self, group: Group, reason: str, new_member: bool = False) -> None:
-        self._clear_pending_sync(group)
         if group.state is GroupState.COMPLETING_REBALANCE:
             for member in group.members.values():
                 if member.awaiting_sync is not None:
@@ -497,37 +490,11 @@ class GroupCoordinator:
             "group %s: generation %d with %d members, protocol %s, leader %s",
             group.group_id, group.generation_id, len(group.members), group.protocol_name, group.leader_id,
         )
-        group.pending_sync = set(group.members)
-        rebalance_timeout_ms = max(m.rebalance_timeout_ms for m in group.members.values())
-        generation = group.generation_id
-        group.sync_timer = self._scheduler.call_later(rebalance_timeout_ms, lambda: self._on_pending_sync_expired(group, generation))
         for member in list(group.members.values()):
             callback, member.awaiting_join = member.awaiting_join, None
             if callback is not None:
                 callback(self._join_result(group, member, include_members=member.member_id == group.leader_id))
             self._touch_session(group, member)
-
-    def _clear_pending_sync(self, group: Group) -> None:
-        group.pending_sync.clear()
-        if group.sync_timer is not None:
-            group.sync_timer.cancel()
-            group.sync_timer = None
-
-    def _on_pending_sync_expired(self, group: Group, generation: int) -> None:
-        """The rebalance timeout passed since the generation formed: members that never sent
-        SyncGroup (a leader whose process is gone, say) leave, and the group rebalances
-        (Kafka's expirePendingSync)."""
-        group.sync_timer = None
-        if group.generation_id != generation or group.state not in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE):
-            return
-        missing = [group.members[m] for m in sorted(group.pending_sync) if m in group.members]
-        group.pending_sync.clear()
-        if not missing:
-            return
-        for member in missing:
-            log.info("group %s: member %s did not sync within the rebalance timeout", group.group_id, member.member_id)
-            self._remove_member(group, member)
-        self._prepare_rebalance(group, f"members {[m.member_id for m in missing]} did not sync")
 
     def _select_protocol(self, group: Group) -> str:
         members = list(group.members.values())
@@ -570,11 +537,6 @@ class GroupCoordinator:
             return
         member = group.members[member_id]
         self._touch_session(group, member)
-        if group.state is not GroupState.PREPARING_REBALANCE:
-            group.pending_sync.discard(member_id)
-            if not group.pending_sync and group.sync_timer is not None:
-                group.sync_timer.cancel()
-                group.sync_timer = None
         if group.state is GroupState.PREPARING_REBALANCE:
             reply(SyncResult(ErrorCode.rebalance_in_progress))
         elif group.state is GroupState.STABLE:
@@ -659,10 +621,8 @@ class GroupCoordinator:
         member.session_timer = None
         if group.members.get(member.member_id) is not member:
             return
-        if member.awaiting_join is not None or member.awaiting_sync is not None:
-            # A member parked in JoinGroup or SyncGroup is alive by definition: its answer is
-            # pending (Kafka's hasSatisfiedHeartbeat). A member that never sends SyncGroup is
-            # not parked: its session or the pending-sync timeout removes it.
+        if member.awaiting_join is not None:
+            # A member parked in JoinGroup is alive by definition; its answer is pending.
             self._touch_session(group, member)
             return
         log.info("group %s: member %s session expired", group.group_id, member.member_id)
@@ -671,7 +631,6 @@ class GroupCoordinator:
 
     def _remove_member(self, group: Group, member: Member) -> None:
         group.members.pop(member.member_id, None)
-        group.pending_sync.discard(member.member_id)
         if member.group_instance_id is not None and group.static_members.get(member.group_instance_id) == member.member_id:
             del group.static_members[member.group_instance_id]
         if member.session_timer is not None:

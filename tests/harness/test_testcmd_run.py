@@ -116,7 +116,13 @@ def test_sigint_heals_tears_down_and_keeps_the_history(tmp_path):
         pids = broker_pids(run_dir)
         assert pids and all(alive(pid) for pid in pids)
         proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=120)
+        try:
+            stdout, stderr = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            # Say where it hung: the harness logs its phases and SIGINT handling to stderr.
+            proc.kill()
+            _, stderr = proc.communicate()
+            raise AssertionError(f"no exit within 120 s of SIGINT; stderr's end:\n{stderr[-4000:]}") from None
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -169,7 +175,13 @@ def test_sigint_during_faults_heals_and_leaves_no_process_behind(tmp_path):
     try:
         assert processes_mentioning(history.parent)  # brokers are running inside the run's namespace
         proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=120)
+        try:
+            stdout, stderr = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            # Say where it hung: the harness logs its phases and SIGINT handling to stderr.
+            proc.kill()
+            _, stderr = proc.communicate()
+            raise AssertionError(f"no exit within 120 s of SIGINT; stderr's end:\n{stderr[-4000:]}") from None
     finally:
         if proc.poll() is None:
             proc.kill()

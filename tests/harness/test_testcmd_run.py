@@ -98,6 +98,19 @@ def test_a_short_queue_run_records_a_complete_history_and_ends_with_a_verdict(tm
         assert not alive(pid)
 
 
+def interrupt(proc: subprocess.Popen) -> tuple[str, str]:
+    """SIGINT to a run, and its output once it exits; a run that does not exit within 120 s
+    is killed and the test fails with the end of its stderr (where the harness logs its
+    phases and its SIGINT handling), so a hang says where it hung."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        return proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, stderr = proc.communicate()
+        raise AssertionError(f"no exit within 120 s of SIGINT; stderr's end:\n{stderr[-4000:]}") from None
+
+
 def test_sigint_heals_tears_down_and_keeps_the_history(tmp_path):
     results = tmp_path / "results"
     proc = subprocess.Popen(logquake_test("--workload", "queue", "--time-limit", "120", "--seed", "5", results=results),
@@ -115,14 +128,7 @@ def test_sigint_heals_tears_down_and_keeps_the_history(tmp_path):
         run_dir = history.parent
         pids = broker_pids(run_dir)
         assert pids and all(alive(pid) for pid in pids)
-        proc.send_signal(signal.SIGINT)
-        try:
-            stdout, stderr = proc.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            # Say where it hung: the harness logs its phases and SIGINT handling to stderr.
-            proc.kill()
-            _, stderr = proc.communicate()
-            raise AssertionError(f"no exit within 120 s of SIGINT; stderr's end:\n{stderr[-4000:]}") from None
+        stdout, stderr = interrupt(proc)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -174,14 +180,7 @@ def test_sigint_during_faults_heals_and_leaves_no_process_behind(tmp_path):
     proc, history = start_and_wait_for_history(argv, results, min_bytes=60_000)
     try:
         assert processes_mentioning(history.parent)  # brokers are running inside the run's namespace
-        proc.send_signal(signal.SIGINT)
-        try:
-            stdout, stderr = proc.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            # Say where it hung: the harness logs its phases and SIGINT handling to stderr.
-            proc.kill()
-            _, stderr = proc.communicate()
-            raise AssertionError(f"no exit within 120 s of SIGINT; stderr's end:\n{stderr[-4000:]}") from None
+        stdout, stderr = interrupt(proc)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -105,7 +105,9 @@ def register(subparsers: Any) -> None:
                    help="live targets kill, pause and partition draw besides node ids and the other live specs, "
                         "resolved when the fault starts: raft-leader (the leader of the highest Raft epoch, its "
                         "LeaderChange committed or not; needs --nemesis-option node_kinds naming controller), primary "
-                        "(kill and pause: the broker leading the most tested partitions) (default: none)")
+                        "(kill and pause: the broker leading the most tested partitions), raft-leaders (partition, a chase: "
+                        "the Raft leader cut off, then each later election's winner a drawn 0-1 s after it won) "
+                        "(default: none)")
     p.add_argument("--base-schedule", default=None, metavar="FILE",
                    help="faults every example keeps (a --fault-schedule file with its 'faults' list, as a hunt "
                         "writes it): each schedule is these plus the drawn ones, and the shrink keeps them; their "

@@ -19,7 +19,9 @@ Controllers (a metadata quorum, `--controllers 3` or 5): with `node_kinds` namin
 pause and partition also take controller node ids (1000, 1001, ...) and the live spec
 "active-controller" (the quorum's leader when the fault starts; as a partition, it cut off
 from every other node), and, only when `live_nodes` asks for it, "raft-leader" (the leader
-of the highest Raft epoch, its LeaderChange committed or not), and link faults take the
+of the highest Raft epoch, its LeaderChange committed or not) and, for partitions,
+"raft-leaders" (a chase: the Raft leader cut off, then each later election's winner
+`after_ms` or `then_ms` after it won, its two params), and link faults take the
 links between controllers and between a controller and a broker. A partition whose set holds a controller (or every broker) cuts it
 from every other node, brokers and controllers alike; a set of brokers only is cut from the
 other brokers, and the partition package places the controllers by its node_kinds option
@@ -100,9 +102,18 @@ CONTROLLER_LIVE_SPECS: tuple[str, ...] = ("active-controller",)
 # kill is min ISR 1's loss; measured, it did not speed that hunt up (1 of 3 seeds in 240 s),
 # whose loss mostly comes from a pause of every broker, where the kill must take the broker
 # fenced last before anyone is fenced; so no hunt entry asks for it.
-LIVE_NODE_SPECS: tuple[str, ...] = ("raft-leader", "primary")
+LIVE_NODE_SPECS: tuple[str, ...] = ("raft-leader", "primary", "raft-leaders")
 # The live node specs that name a controller (the rest name a broker).
-CONTROLLER_LIVE_NODE_SPECS: tuple[str, ...] = ("raft-leader",)
+CONTROLLER_LIVE_NODE_SPECS: tuple[str, ...] = ("raft-leader", "raft-leaders")
+# Partitions that chase an event (nemeses.targets.CHASING_TOPOLOGIES, spelled out as above),
+# drawn only when `live_nodes` names them: "raft-leaders" cuts off the Raft leader when it
+# starts, then every later election's winner (each cut replacing the last), the first
+# `after_ms` after it won, the later ones `then_ms` after (its two params). Raft's Figure 8
+# needs a cut inside the ~0.3 s after each of two elections, which cuts at drawn tenths of an
+# 8-s run hit about once in 1,000 schedules; a chase hits it whenever its delays do.
+CHASING_SPECS: tuple[str, ...] = ("raft-leaders",)
+CHASE_PARAMS: tuple[str, ...] = ("after_ms", "then_ms")
+AFTER_ELECTION_TENTHS = 10  # each delay is drawn in tenths of a second, 0-1 s
 CONTROLLER_KINDS: tuple[str, ...] = ("kill", "pause", "partition", *LINK_KINDS)
 # nemeses.targets.NODE_KINDS and cluster.sim.cluster.CONTROLLER_ID, spelled out as above.
 NODE_KIND_NAMES: tuple[str, ...] = ("broker", "controller")
@@ -146,12 +157,16 @@ class Fault:
                 raise ValueError(f"a disk fault's variant {self.variant!r} is not one of {', '.join(DISK_VARIANTS)}")
             if self.variant == "torn-crash" and (isinstance(self.targets, str) or len(self.targets) != 1):
                 raise ValueError(f"a torn-crash is the power loss of one broker, got targets {self.targets!r}")
+        elif self.kind == "partition" and self.targets in CHASING_SPECS:
+            if self.variant or tuple(name for name, _ in self.params) != CHASE_PARAMS or min(dict(self.params).values()) < 0:
+                raise ValueError(f"partition[{self.targets}] takes the params {', '.join(CHASE_PARAMS)} (ms, >= 0), "
+                                 f"got {self.params!r}")
         elif self.variant or self.params:
             raise ValueError(f"{self.kind} takes no variant or params, got {self.variant!r} {self.params!r}")
         if isinstance(self.targets, str):
             live = PARTITION_LIVE_SPECS if self.kind == "partition" else NODE_LIVE_SPECS
             if self.kind in CONTROLLER_KINDS:
-                live += CONTROLLER_LIVE_SPECS + LIVE_NODE_SPECS
+                live += CONTROLLER_LIVE_SPECS + tuple(n for n in LIVE_NODE_SPECS if n not in CHASING_SPECS or self.kind == "partition")
             if self.targets not in live:
                 raise ValueError(f"{self.kind} targets {self.targets!r}: a live spec is one of {', '.join(live)}")
         elif not self.targets:
@@ -202,6 +217,8 @@ class Fault:
                 value["corrupt"] = True
             return value
         if self.kind == "partition":
+            if self.targets in CHASING_SPECS:
+                return {"topology": self.targets, **dict(self.params)}
             if isinstance(self.targets, str):
                 return {"topology": self.targets}
             isolated = sorted(self.targets)
@@ -508,13 +525,24 @@ def faults(kind: str, brokers: Sequence[int] | int, time_limit_s: float, *, max_
     if live_targets and live:
         branches.append(st.sampled_from(live))
     # One node each: within any max_targets. A partition draws "primary" among its own live specs.
-    asked = tuple(n for n in asked if n in CONTROLLER_LIVE_NODE_SPECS or kind in ("kill", "pause"))
+    asked = tuple(n for n in asked if (n in CONTROLLER_LIVE_NODE_SPECS or kind in ("kill", "pause"))
+                  and (n not in CHASING_SPECS or kind == "partition"))
     if asked and kind in CONTROLLER_KINDS:
         branches.append(st.sampled_from(asked))
     if len(branches) > 1:
         targets = st.one_of(*branches)
     delta = st.integers(-MAX_CLOCK_DELTA_MS, MAX_CLOCK_DELTA_MS) if kind == "clock" else st.just(0)
+    if kind == "partition" and set(asked) & set(CHASING_SPECS):
+        # A chase's delays after each election, in tenths (toward 0); the other targets drop them.
+        tenths = st.integers(0, AFTER_ELECTION_TENTHS)
+        return st.builds(_partition, targets=targets, start_s=start, duration_s=duration, delays=st.tuples(tenths, tenths))
     return st.builds(Fault, kind=st.just(kind), targets=targets, start_s=start, duration_s=duration, delta_ms=delta)
+
+
+def _partition(targets: Any, start_s: float, duration_s: float, delays: tuple[int, ...]) -> Fault:
+    chase = targets in CHASING_SPECS
+    params = tuple((name, float(n * 100)) for name, n in zip(CHASE_PARAMS, delays)) if chase else ()
+    return Fault("partition", targets, start_s, duration_s, params=params)
 
 
 def fault_schedules(brokers: Sequence[int] | int = 3, time_limit_s: float = 60.0, kinds: Sequence[str] = ("kill", "partition"),
@@ -549,6 +577,9 @@ def fault_schedules(brokers: Sequence[int] | int = 3, time_limit_s: float = 60.0
         raise ValueError(f"max_targets names {', '.join(stray)}, which is not among the kinds {', '.join(kinds)}")
     if live_nodes and not set(kinds) & {"kill", "pause", "partition"}:
         raise ValueError(f"live nodes {', '.join(live_nodes)} need kill, pause or partition among the kinds")
+    chases = [n for n in live_nodes if n in CHASING_SPECS]
+    if chases and "partition" not in kinds:
+        raise ValueError(f"live nodes {', '.join(chases)} chase with partitions: partition must be among the kinds")
     if live_links and not set(kinds) & set(LINK_KINDS):
         raise ValueError(f"live links {', '.join(live_links)} need a link kind among the kinds ({', '.join(LINK_KINDS)})")
     one = st.one_of(*(faults(k, brokers, time_limit_s, max_duration_s=max_duration_s, live_targets=live_targets,

@@ -14,18 +14,22 @@ isolated leader is fenced and loses leadership as it would in Kafka. With the ne
 node_kinds=broker,controller the controllers (node ids 1000...) are nodes of the topologies
 like the brokers instead (every shape mixes them), and `active-controller` isolates the
 active controller from every other node (`raft-leader` the quorum's Raft leader, ready or not).
+In a simulated run `raft-leaders` chases the leader: the Raft leader is cut off at once, then
+each later election's winner `after_ms` (the first) or `then_ms` (the rest) after it won, each
+cut recorded as a start-partition of its own, until a stop, heal or next start.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from cluster.control import ClusterControl, ControlError
 from nemeses.base import COLORS, NemesisError, NemesisOptions, alternate, fault_nodes, live_controller, live_primaries
 from nemeses.net.nft import NftError, NftPartitioner
-from nemeses.targets import CONTROLLER_SPECS, LIVE_SPECS, Topology, active_controller_topology, partition_topology
+from nemeses.targets import (CHASING_TOPOLOGIES, CONTROLLER_SPECS, LIVE_SPECS, Topology, active_controller_topology,
+                             partition_topology)
 
 
 def partition_schedule(nodes: list[int], options: NemesisOptions, rng: random.Random) -> Iterator[dict]:
@@ -61,6 +65,7 @@ class PartitionPackage:
                  partitioner: NftPartitioner | None = None) -> None:
         self.control = control
         self.options = options
+        self._disarm_trigger: Callable[[], None] | None = None  # a chase's stop (_chase)
         try:
             self.partitioner = partitioner or NftPartitioner()
             self.partitioner.install()
@@ -74,13 +79,70 @@ class PartitionPackage:
         if f == "start-partition":
             return self.start(value)
         if f == "stop-partition":
+            self._disarm()
             self.partitioner.heal()
             return {"healed": True}
         raise ValueError(f"the partition nemesis has no op {f!r}")
 
+    def _chase(self, value: dict) -> dict:
+        """`raft-leaders` (simulation only): cut off the Raft leader now, then the winner of
+        each later election, the first `after_ms` after it won and the later ones `then_ms`
+        after, each cut replacing the last and recorded as a start-partition of its own,
+        until a stop, heal or next start."""
+        watch = getattr(self.control, "watch_elections", None)
+        if watch is None:
+            raise ValueError(f"the {value['topology']!r} partition follows elections as they happen: only a simulated "
+                             "run has it")
+        delays_s = [float(value.get(name, 0)) / 1000.0 for name in ("after_ms", "then_ms")]
+        pending: dict[str, Any] = {"timer": None, "elections": 0}
+        record = getattr(self.control, "record_nemesis", None)
+
+        def cut(node: int, seen: dict) -> dict:
+            everyone = self.control.nemesis_nodes(("broker", "controller"))
+            topology = active_controller_topology(node, everyone, "raft-leader")
+            self.apply(topology)
+            return {**topology.as_value(), **value, **seen}
+
+        def elected(seen: dict) -> None:
+            pending["elections"] += 1
+            if pending["timer"] is not None:
+                pending["timer"].cancel()  # a newer leader: cut that one instead
+
+            def go() -> None:
+                pending["timer"] = None
+                if record is None:
+                    cut(seen["elected"], seen)
+                else:
+                    record("start-partition", {**value, "chased": True, **seen}, lambda: cut(seen["elected"], seen),
+                           extra={"nemesis": self.name, "chased": True})
+
+            pending["timer"] = self.control.schedule(delays_s[0 if pending["elections"] == 1 else 1], go)
+
+        def stop() -> None:
+            stop_watching()
+            if pending["timer"] is not None:
+                pending["timer"].cancel()
+                pending["timer"] = None
+
+        self._disarm()
+        nodes, seen = live_controller(self.control, "raft-leader")
+        done = cut(nodes[0], seen) if nodes else {**value, **seen, "blocked": []}
+        stop_watching = watch(elected)
+        self._disarm_trigger = stop
+        return done
+
+    def _disarm(self) -> None:
+        disarm = self._disarm_trigger
+        if disarm is not None:
+            disarm()
+            self._disarm_trigger = None
+
     def start(self, value: Any) -> dict:
         if not isinstance(value, dict) or "topology" not in value:
             raise ValueError(f"start-partition needs a topology value, got {value!r}")
+        if value["topology"] in CHASING_TOPOLOGIES:
+            return self._chase(value)
+        self._disarm()
         extra: dict = {}
         if value["topology"] in CONTROLLER_SPECS:
             everyone = self.control.nemesis_nodes(("broker", "controller")) if hasattr(self.control, "nemesis_nodes") else []
@@ -120,4 +182,5 @@ class PartitionPackage:
         return cut_from_controller
 
     def heal(self) -> None:
+        self._disarm()
         self.partitioner.heal()

@@ -26,7 +26,9 @@ What the simulation does for each:
 With several controllers (SimCluster(controllers=N)) their node ids (1000...) are nodes like
 the brokers' for kill (the controller's core dies; its disk stays), start, pause, clock and
 partition, and `active_controller` names the one that leads (its LeaderChange committed, so it
-decides); `raft_leader` names the leader of the highest Raft epoch, ready or not.
+decides); `raft_leader` names the leader of the highest Raft epoch, ready or not; and
+`watch_elections` tells of each election as it happens (the chasing partition `raft-leaders`:
+cuts that must land in the window after an election, whatever its time).
 
 There are no processes: `pid` is None. The leaders and ISRs the nemeses read come from the
 metadata image of the first running, unpaused broker, as the real control reads them from
@@ -71,6 +73,9 @@ class SimControl:
         self.schedule = schedule
         self.lose_unflushed = all(sim.broker_config(b).log_crash_lose_unflushed for b in sim.broker_ids)
         self._offsets_s: dict[int, float] = {}
+        # Records a fault a package performs on its own, later than its op (a chasing
+        # partition's cuts): harness.op_recorder's record_nemesis, set by the simulated run.
+        self.record_nemesis: Callable[..., Any] | None = None
         # How many halts each broker had when it last started: a later one is this incarnation's.
         self._halts_at_start: dict[int, int] = {}
 
@@ -103,6 +108,32 @@ class SimControl:
         leaders = [(c.quorum.state.epoch, c.config.node_id) for c in running
                    if c.quorum is not None and c.quorum.state.leader_id == c.config.node_id]
         return max(leaders)[1] if leaders else None
+
+    def _highest_led_epoch(self) -> int:
+        """The highest epoch whose leader some running controller knows (-1: none)."""
+        return max((c.quorum.state.epoch for c in self.sim.running_controllers()
+                    if c.quorum is not None and c.quorum.state.leader_id is not None), default=-1)
+
+    def watch_elections(self, elected: Callable[[dict], None]) -> Callable[[], None]:
+        """Call `elected({"elected": node id, "epoch", "elected_at_s"})` at each election from
+        now on: a controller becoming the leader of an epoch above every epoch with a leader
+        seen so far. Seen as it happens (the controllers' transitions), not polled, so a
+        window of a few milliseconds after it can be hit. Returns the stop (idempotent)."""
+        state = {"above": self._highest_led_epoch()}
+
+        def observe(transition: Any) -> None:
+            if transition.role != "leader" or transition.epoch <= state["above"]:
+                return
+            state["above"] = transition.epoch
+            elected({"elected": transition.node_id, "epoch": transition.epoch,
+                     "elected_at_s": round(transition.time_ns / 1e9, 6)})
+
+        def stop() -> None:
+            if observe in self.sim.controller_observers:
+                self.sim.controller_observers.remove(observe)
+
+        self.sim.controller_observers.append(observe)
+        return stop
 
     def _is_controller(self, node_id: int) -> bool:
         return node_id in self.sim.controller_ids

@@ -41,6 +41,13 @@ dst drops what src sends. `one_way` pairs drop only data segments (see nemeses.n
     raft-leader     the Raft leader (see above) isolated from every other node (live state):
                     it can be cut off inside the window between winning its election and
                     its LeaderChange reaching the other voters, where no controller is active
+    raft-leaders    a chase (simulation only): the Raft leader isolated from every other
+                    node when the fault starts, then the winner of every later election,
+                    each cut replacing the last: the first winner `after_ms` after it won,
+                    the later ones `then_ms` after, until the fault stops. Raft's Figure 8
+                    needs a cut inside the ~0.3 s after each of two elections: cuts at drawn
+                    times land there about once in twenty each, a chase whenever its
+                    delays are right
 
 Live link targets (for the simulated link faults, nemeses.link_faults): directed links
 between the client host and the leaders, resolved when the fault starts.
@@ -64,6 +71,8 @@ LIVE_SPECS = frozenset({"primaries", "primary", "active-controller", "raft-leade
 # The controllers' own live targets, as node specs and as topologies: chosen only by name
 # (the broker-only lists above are what the default schedules and their tests cover).
 CONTROLLER_SPECS: tuple[str, ...] = ("active-controller", "raft-leader")
+# Partition topologies that chase an event, cutting again after each (the simulation's only).
+CHASING_TOPOLOGIES: tuple[str, ...] = ("raft-leaders",)
 # Live link targets: "<from>><to>" between the client host and the leaders (live_links).
 LIVE_LINK_SPECS: tuple[str, ...] = ("client>primary", "client>primaries", "primary>client", "primaries>client")
 # What the node specs and topologies pick among (nemesis option node_kinds).

@@ -141,7 +141,9 @@ class SimCluster:
                            "transaction.state.log.min.isr": str(min(2, n_brokers)), **(properties or {})}
         self._broker_properties = {b: dict(p) for b, p in (broker_properties or {}).items()}
         self.controller_endpoint = Endpoint(CONTROLLER_ID, CONTROLLER_HOST, CONTROLLER_PORT)
-        self._controller_observer = controller_observer
+        # Called with every controller's role transitions (cluster.quorum.raft.Transition):
+        # the constructor's observer, then any added later (a nemesis waiting for an election).
+        self.controller_observers: list[Callable[[Any], None]] = [controller_observer] if controller_observer else []
         self._controller_properties = {c: dict(p) for c, p in (controller_properties or {}).items()}
         self._controllers = {CONTROLLER_ID + i: _ControllerSlot(CONTROLLER_ID + i) for i in range(controllers)}
         self.voters = ",".join(f"{c.node_id}@{c.host}:{CONTROLLER_PORT}" for c in self._controllers.values())
@@ -214,8 +216,8 @@ class SimCluster:
 
         def observe(transition: Any) -> None:
             journal.role(transition.epoch, transition.role, transition.leader_id)
-            if self._controller_observer is not None:
-                self._controller_observer(transition)
+            for observer in list(self.controller_observers):
+                observer(transition)
 
         factory = raft_factory(config, slot.disk, slot.clock, slot.scheduler, random.Random(rng.getrandbits(64)), slot.outbound, observe)
         slot.controller = Controller(config, slot.disk, slot.clock, slot.scheduler, rng, factory, quorum_versions())

@@ -260,6 +260,7 @@ class _Phases:
                                     nemesis=SimNemesisRouter(combined) if combined else None, log=run.log,
                                     on_op=run.progress.observe if run.progress else None)
             run.interpreter = interp  # type: ignore[assignment]  # heal() and request_stop() use it
+            control.record_nemesis = interp.record_nemesis  # a chasing partition's cuts, as they happen
             if run.stop_requested.is_set():
                 interp.stop()
             faults = scheduled_faults(self.fault_ops) if self.fault_ops is not None else fault_schedule(spec, combined)

@@ -15,14 +15,17 @@ from hypothesis import find, given, settings
 
 from harness.hunt import describe_fault
 from harness.hunt_schedule import check_targets, read_schedule
-from logquake.strategies import CONTROLLER_LIVE_NODE_SPECS, LIVE_NODE_SPECS, Fault, fault_schedules, faults, ops, schedule_json
+from logquake.strategies import CHASING_SPECS, CONTROLLER_LIVE_NODE_SPECS, LIVE_NODE_SPECS, Fault, fault_schedules, faults, ops, schedule_json
 from nemeses import targets
 
 QUORUM = {"brokers": 3, "time_limit_s": 5, "controllers": 3, "node_kinds": ("controller",)}
 
 
 def test_the_live_node_names_are_the_nemeses_own() -> None:
-    assert set(CONTROLLER_LIVE_NODE_SPECS) <= set(targets.CONTROLLER_SPECS) and set(LIVE_NODE_SPECS) <= targets.LIVE_SPECS
+    chases = set(CHASING_SPECS)
+    assert chases == set(targets.CHASING_TOPOLOGIES) and chases <= set(CONTROLLER_LIVE_NODE_SPECS)
+    assert set(CONTROLLER_LIVE_NODE_SPECS) - chases <= set(targets.CONTROLLER_SPECS)
+    assert set(LIVE_NODE_SPECS) - chases <= targets.LIVE_SPECS
     assert set(LIVE_NODE_SPECS) - set(CONTROLLER_LIVE_NODE_SPECS) <= set(targets.NODE_SPECS)
 
 

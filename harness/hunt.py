@@ -92,8 +92,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--max-fault-duration", type=float, default=None, metavar="S",
                    help="longest fault in simulated seconds (default: the time limit)")
     p.add_argument("--max-shrinks", type=int, default=None, metavar="N",
-                   help="most runs spent shrinking after the first failure (default: as many as the budget allows); "
-                        "a count, unlike the budget, keeps a seeded hunt deterministic")
+                   help="most runs spent shrinking after the first failure (default: as many as the budget allows), "
+                        "besides one run per fault of the shrunk schedule, tried without it; a count, unlike the "
+                        "budget, keeps a seeded hunt deterministic")
     p.add_argument("--find", default=None, metavar="ANOMALY[,ANOMALY]",
                    help="stop at the first run whose results show one of these anomalies (e.g. lost-write), "
                         f"allowed by its claims or not; exit {EXIT_FOUND_ALLOWED} when found and allowed")
@@ -161,13 +162,15 @@ class Hunt:
         self.scratch = scratch
         self.deadline_s = deadline_s
         self.max_shrinks = max_shrinks
+        # Runs allowed past max_shrinks: drop_needless_faults's, one per drawn fault it tries.
+        self.extra_shrinks = 0
         self.out = out if out is not None else sys.stdout
         self.tally = Tally()
         self.verdicts: dict[str, Any] = {}
 
     def out_of_budget(self) -> bool:
         if self.max_shrinks is not None and self.tally.first_failure_example is not None:
-            if self.tally.examples - self.tally.first_failure_example >= self.max_shrinks:
+            if self.tally.examples - self.tally.first_failure_example >= self.max_shrinks + self.extra_shrinks:
                 return True
         return time.monotonic() >= self.deadline_s
 
@@ -445,9 +448,12 @@ def drop_needless_faults(hunt: Hunt, minimal: tuple, base_count: int = 0) -> tup
     first to last. Hypothesis's shrinker can stop at a local minimum that keeps a fault the
     failure does not need (a 0.1-s kill of the primaries in front of the one that matters,
     about one search in ten on Hypothesis 6.170); one run per drawn fault, most of them
-    cached, makes the reported schedule one from which no single fault can go. The first
-    `base_count` faults are the base schedule's and stay; a run past the budget counts as
-    passing, so the fault stays."""
+    cached, makes the reported schedule one from which no single fault can go. Those runs
+    come on top of --max-shrinks (which Hypothesis's shrink may use up: a 4-fault schedule of
+    which one would do was reported so) but within the budget. The first `base_count` faults
+    are the base schedule's and stay; a run past the budget counts as passing, so the fault
+    stays."""
+    hunt.extra_shrinks += max(0, len(minimal) - base_count)
     kept = list(minimal)
     index = base_count
     while index < len(kept) and len(kept) > base_count + 1:

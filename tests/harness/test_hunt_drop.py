@@ -3,9 +3,9 @@ truncate to their own high watermark (replica.truncate.to.high.watermark), a sim
 every broker 0.4 s into the run for 0.1 s loses acknowledged records (inconsistent-offsets,
 seed 1; met by the truncation hunt of tests/harness/test_hunt.py). A schedule that holds that
 kill behind a 0.1-s kill of broker 1 (the shape of the local minimum Hypothesis's shrinker stops
-at, tests/logquake/test_strategies_quorum.py) is cut to the kill alone; a base fault stays, and a
-pass past the hunt's run budget keeps every fault. Every run is a real simulated run judged by
-the real checkers."""
+at, tests/logquake/test_strategies_quorum.py) is cut to the kill alone; a base fault stays; the
+pass runs past --max-shrinks (one run per fault) but not past the wall budget, where every
+fault stays. Every run is a real simulated run judged by the real checkers."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def _hunt(tmp_path: Path, max_shrinks: int | None = None) -> Any:
     register(parser.add_subparsers(dest="command", required=True, parser_class=ArgumentParser))
     spec = build_spec(parser.parse_args([*ARGV, "--results-dir", str(tmp_path / "results")]), SEED)
     scratch = tmp_path / "scratch"
-    scratch.mkdir(exist_ok=True)
+    scratch.mkdir(parents=True, exist_ok=True)
     return Hunt(spec, scratch, deadline_s=float("inf"), max_shrinks=max_shrinks, out=io.StringIO())
 
 
@@ -48,10 +48,17 @@ def test_a_fault_the_failure_does_not_need_is_dropped_and_a_base_fault_stays(tmp
     assert drop_needless_faults(hunt, (NEEDLESS, LOSS, LATE), base_count=1) == (NEEDLESS, LOSS)
     assert hunt.tally.examples == 3  # one run more: without the loss (it passes); without LATE is the failure cached above
 
-def test_a_pass_past_the_run_budget_keeps_every_fault(tmp_path: Path) -> None:
+def test_the_pass_runs_past_max_shrinks_but_not_past_the_budget(tmp_path: Path) -> None:
     from harness.hunt import drop_needless_faults
 
+    # --max-shrinks spent (0 here) by Hypothesis's shrink: the pass still tries each fault once.
     hunt = _hunt(tmp_path, max_shrinks=0)
     assert hunt.fails((NEEDLESS, LOSS))
+    assert drop_needless_faults(hunt, (NEEDLESS, LOSS)) == (LOSS,)
+    assert hunt.tally.examples == 2
+    # Past the wall budget: no run, every fault stays.
+    hunt = _hunt(tmp_path / "late", max_shrinks=0)
+    assert hunt.fails((NEEDLESS, LOSS))
+    hunt.deadline_s = 0.0
     assert drop_needless_faults(hunt, (NEEDLESS, LOSS)) == (NEEDLESS, LOSS)
     assert hunt.tally.examples == 1

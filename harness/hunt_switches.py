@@ -23,8 +23,8 @@ workload's stalled copies are (`stall_p`: past max.poll.interval.ms, with TxnOff
 carrying the generation the copy was polled in).
 
 The metadata quorum's switches run on three controllers with faults on the controllers
-(`--nemesis-option node_kinds=controller`, logquake.strategies): the vote switch is in
-SWITCH_HUNTS; the Figure 8 one (commit by count) in UNFOUND_HUNTS, with what was tried.
+(`--nemesis-option node_kinds=controller`, logquake.strategies): the vote switch, and the
+Figure 8 one (commit by count), which needs the chasing partition raft-leaders.
 """
 
 from __future__ import annotations
@@ -100,49 +100,26 @@ SWITCH_HUNTS: dict[str, list[str]] = {
         "--cluster-config", "controller.quorum.fetch.timeout.ms=500",
         "--cluster-config", "controller.quorum.election.timeout.ms=250",
         "--cluster-config", "controller.quorum.vote.skip.log.check=true"],
-}
-
-
-# Hunts built for a switch that none has found yet, kept with what was measured (README "What
-# a hunt can find"), out of SWITCH_HUNTS so that the tests and the bench over SWITCH_HUNTS
-# assert only what a hunt does find. Run one with `logquake hunt` and its argv.
-#
-# Raft's Figure 8 (controller.quorum.commit.previous.epoch.by.count) needs one interleaving
-# (tests/cluster/quorum/test_unsafe_switches.py drives it on the Raft cores): the leader A, cut
-# off, appends records alone (it fences the brokers it no longer hears); the other two elect
-# B, whose LeaderChange at that offset must never reach the third, C: B is cut off before it
-# does; A is re-elected with C, which fetches A's old records one batch a fetch
-# (controller.quorum.fetch.max.bytes=1); counting replicas commits them, and A must be cut off
-# before its own LeaderChange reaches C, so that B (its last record is newer) wins with C's
-# vote and truncates them. The simulated cluster shows it with faults a hunt draws:
-# tests/harness/test_hunt_quorum.py replays a fixed schedule of this entry (seed 1: a 100-ms
-# delay on every controller link, then partitions of 1002, 1000 and 1002), invalid
-# (metadata-committed-lost, -disagree) with the switch and clean without. The delay is what
-# widens each cut's window from 1.5 fetch round trips (~2 ms) to ~0.3 s (there: 1000 cut at
-# 2.5-2.7 s, 1002 at 4.0-4.2 s). What kept a hunt from that schedule: (1) two cuts at random
-# tenths of an 8-s run both land in their windows about once in 1,000 schedules; (2) those two
-# cuts must name the new leader and the re-elected one, which the live `active-controller`
-# cannot (it names only a leader whose LeaderChange is committed, which neither is inside its
-# window); (3) the link delay (~60-150 ms, little jitter, every controller link, the whole
-# run) is itself a rare draw. Seeds 1-5 of the older entry (`--nemesis partition,link-delay`,
-# up to 4 faults), `--budget 300`: no failure in 65, 34, 89, 50 and 138 runs. This entry
-# answers (2) and (3): partitions may name `raft-leader` (`--live-nodes`: the leader of the
-# highest epoch, ready or not; test_hunt_quorum replays the schedule with its later cuts so),
-# and every example keeps the delay (`--base-schedule` FIGURE_8_BASE: 100 ms on the six
-# controller links for the whole main phase), with up to 6 drawn partitions. Emulated outside
-# the code before, 2 schedules in 125 showed it (seeds 1-3). Measured (README "What a hunt
-# can find"): seeds 1-5, `--budget 300`, at load 12-15: nothing in 17, 16, 8, 12 and 29
-# runs (each example 15-45 s at that load against ~4.6 s before); by count (--max-examples
-# 40), seeds 1-3: nothing in 34, 29 and 32 runs: ~160 runs, where the estimate expected 3-6;
-# at 300 s again at load 3-8: nothing in 32, 39, 40, 73 and 117 runs. The estimate cut the Raft
-# leader with every partition; the strategy draws raft-leader for a third of them (beside
-# explicit ids and active-controller): 99 of 478 examples had two such cuts.
-# controller.quorum.fetch.max.wait.ms=100: at the default 500, the fetch timeout here,
-# followers time out on every long poll, and a link delay then keeps the quorum in split votes.
-UNFOUND_HUNTS: dict[str, list[str]] = {
+    # Raft's Figure 8 (counting replicas commits an older epoch's record;
+    # tests/cluster/quorum/test_unsafe_switches.py drives it on the Raft cores): the leader A,
+    # cut off, appends records alone (it fences the brokers it no longer hears); the other two
+    # elect B, whose LeaderChange must never reach the third, C: B is cut off before it does; A
+    # is re-elected with C, which fetches A's old records one batch a fetch
+    # (controller.quorum.fetch.max.bytes=1); counting replicas commits them, and A is cut off
+    # before its own LeaderChange reaches C, so that B (its last record is newer) wins with C's
+    # vote and truncates them. Each cut must land in a window of ~0.3 s after an election,
+    # which a 100-ms delay on every controller link opens (the base schedule FIGURE_8_BASE,
+    # kept in every example; without it ~2 ms). Cuts at drawn times hit both windows about once
+    # in 1,000 schedules, and no hunt with them found it in ~600 runs (sessions 10-12: the live
+    # target raft-leader, up to 6 partitions); the chasing partition raft-leaders
+    # (`--live-nodes`: the leader cut off, then each later election's winner after_ms, then
+    # then_ms, after it won) hits them whenever after_ms is 0-400 and then_ms 700-1000 (seed 1,
+    # tests/harness/test_hunt_quorum.py). controller.quorum.fetch.max.wait.ms=100: at the
+    # default 500, the fetch timeout here, followers time out on every long poll, and a link
+    # delay then keeps the quorum in split votes.
     "controller.quorum.commit.previous.epoch.by.count": [
         "--controllers", "3", "--nemesis-option", "node_kinds=controller", "--nemesis", "partition",
-        "--live-nodes", "raft-leader", "--base-schedule", FIGURE_8_BASE,
+        "--live-nodes", "raft-leaders", "--base-schedule", FIGURE_8_BASE,
         "--time-limit", "8", "--final-time-limit", "4", "--quiet-period", "1", "--rate", "50", "--concurrency", "3",
         "--max-faults", "6",
         "--cluster-config", "broker.session.timeout.ms=500", "--cluster-config", "broker.heartbeat.interval.ms=100",

@@ -35,7 +35,7 @@ from cluster.broker.txn.service import TxnService
 from cluster.broker.txn_offsets import TxnOffsets
 from cluster.config import BrokerConfig
 from cluster.metadata.image import MetadataDelta, MetadataImage, TopicImage
-from cluster.protocol.codec import Request, build, encode_response, payload_class, request_class, response_class
+from cluster.protocol.codec import Request, build, encode_response, encode_response_cached, payload_class, request_class, response_class
 from cluster.protocol.versions import ApiKey, SUPPORTED_VERSIONS
 from cluster.storage.batch import parse_header
 from cluster.storage.config import LogConfig
@@ -319,6 +319,10 @@ class Broker:
 
     def respond(self, request: Request, body: Any) -> Response:
         return Response([encode_response(request.api_key, request.api_version, request.correlation_id, body)])
+
+    def respond_cached(self, request: Request, body: Any) -> Response:
+        """respond, reusing the encoded body of an equal answer (Metadata, asked over and over)."""
+        return Response([encode_response_cached(request.api_key, request.api_version, request.correlation_id, body)])
 
     def partition(self, topic: str, index: int) -> Partition | None:
         return self.replicas.partition(TopicPartition(topic, index))

@@ -109,7 +109,7 @@ def handle_metadata(broker: Broker, request: Request, reply: Reply) -> None:
         cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
         error_code=ErrorCode.none,
     )
-    reply(broker.respond(request, response))
+    reply(broker.respond_cached(request, response))
 
 
 def _auto_create(broker: Broker, name: str) -> None:

@@ -187,33 +187,35 @@ def test_raft_figure_8_replays_as_one_chase_of_the_raft_leaders(tmp_path: Path) 
     assert (again / "history.jsonl").read_bytes() == (run_dirs[True] / "history.jsonl").read_bytes()
 
 
-@pytest.mark.soak
-def test_the_vote_switch_is_found_by_a_hunt_and_the_safe_cluster_survives_it(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # Seed 4 finds it with run 56 (bench_hunt, 2026-11-27; seeds 1, 3, 5 did not within 27-70 runs),
-    # given a budget that reaches run 56 (the default --max-examples: it shapes what is drawn).
-    argv = [*SWITCH_HUNTS[VOTE], "--seed", "4", "--budget", "1200", "--max-shrinks", "10", "--no-database"]
+def hunt_then_safe(switch: str, seed: int, budget_s: int, safe_examples: int | None, tmp_path: Path,
+                   capsys: pytest.CaptureFixture[str]) -> dict:
+    """SWITCH_HUNTS[switch] hunted with `seed`: found (exit 1), its minimal run invalid with
+    committed metadata lost; then the same search without the switch, `safe_examples` runs (as
+    many as the hunt took when None), finds nothing. The hunt's hunt.json."""
+    argv = [*SWITCH_HUNTS[switch], "--seed", str(seed), "--budget", str(budget_s), "--max-shrinks", "10", "--no-database"]
     assert main(["hunt", *argv, "--results-dir", str(tmp_path / "unsafe")]) == 1, capsys.readouterr().out
     (hunt_json,) = (tmp_path / "unsafe").glob("hunt/*/hunt.json")
     info = json.loads(hunt_json.read_text())
     results = json.loads((Path(info["run_dir"]) / "results.json").read_text())
     assert results["valid"] is False and any(a["name"].startswith("metadata-committed") for a in results["anomalies"])
-    safe = [*without_switch(SWITCH_HUNTS[VOTE]), "--seed", "4", "--budget", "1200", "--max-examples", str(info["examples"]),
+    examples = info["examples"] if safe_examples is None else safe_examples
+    safe = [*without_switch(SWITCH_HUNTS[switch]), "--seed", str(seed), "--budget", "1200", "--max-examples", str(examples),
             "--no-database"]
     assert main(["hunt", *safe, "--results-dir", str(tmp_path / "safe")]) == 0, capsys.readouterr().out
+    return info
+
+
+@pytest.mark.soak
+def test_the_vote_switch_is_found_by_a_hunt_and_the_safe_cluster_survives_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Seed 4 finds it with run 56 (bench_hunt, 2026-11-27; seeds 1, 3, 5 did not within 27-70 runs),
+    # given a budget that reaches run 56 (the default --max-examples: it shapes what is drawn).
+    hunt_then_safe(VOTE, 4, 1200, None, tmp_path, capsys)
 
 
 @pytest.mark.soak
 def test_the_figure_8_switch_is_found_by_a_hunt_chasing_the_raft_leaders_and_the_safe_cluster_survives_it(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # Seed 2 finds it with run 3 (15 s at load 2, session 13; seeds 1, 3, 4 at runs 59, 30, 70).
-    argv = [*SWITCH_HUNTS[BY_COUNT], "--seed", "2", "--budget", "600", "--max-shrinks", "10", "--no-database"]
-    assert main(["hunt", *argv, "--results-dir", str(tmp_path / "unsafe")]) == 1, capsys.readouterr().out
-    (hunt_json,) = (tmp_path / "unsafe").glob("hunt/*/hunt.json")
-    info = json.loads(hunt_json.read_text())
+    info = hunt_then_safe(BY_COUNT, 2, 600, 40, tmp_path, capsys)
     assert any(f.get("targets") == "raft-leaders" for f in info["faults"]), info["faults"]
-    results = json.loads((Path(info["run_dir"]) / "results.json").read_text())
-    assert results["valid"] is False and any(a["name"].startswith("metadata-committed") for a in results["anomalies"])
-    safe = [*without_switch(SWITCH_HUNTS[BY_COUNT]), "--seed", "2", "--budget", "1200", "--max-examples", "40",
-            "--no-database"]
-    assert main(["hunt", *safe, "--results-dir", str(tmp_path / "safe")]) == 0, capsys.readouterr().out

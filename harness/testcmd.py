@@ -175,7 +175,7 @@ def build_spec(args: argparse.Namespace, seed: int) -> RunSpec:
                 raise BadArgument(str(exc)) from None
         workload_options: dict[str, Any] = parse_key_values(args.workload_option, "--workload-option")
         nemesis_options = parse_key_values(args.nemesis_option, "--nemesis-option")
-        _check_nemesis_options(nemesis_options)
+        _check_nemesis_options(nemesis_options, simulated=bool(getattr(args, "sim", False)))
         module = load_workload(args.workload)
         brokers = args.brokers
         if compose is not None:
@@ -279,13 +279,19 @@ def fault_schedule_ops(args: argparse.Namespace, nemeses: list[str]) -> list[Any
     return ops
 
 
-def _check_nemesis_options(options: dict[str, str]) -> None:
+def _check_nemesis_options(options: dict[str, str], simulated: bool) -> None:
     from nemeses.base import NemesisError, checked_options
+    from nemeses.targets import CHASING_TOPOLOGIES
 
     try:
-        checked_options(options)
+        checked = checked_options(options)
     except NemesisError as exc:
         raise BadArgument(f"--nemesis-option: {exc}") from None
+    chases = [t for t in checked.partition_targets if t in CHASING_TOPOLOGIES]
+    if chases and not simulated:
+        # Before any cluster starts: the chase follows elections as the simulation sees them.
+        raise BadArgument(f"--nemesis-option partition_targets={chases[0]} follows the Raft elections as they happen: "
+                          "only a simulated run (--sim) has it")
 
 
 def _as_flag(message: str) -> str:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
 from cluster.control import ClusterControl, ControlError
-from nemeses.targets import CONTROLLER_SPECS, NODE_KINDS, NODE_SPECS, PARTITION_TOPOLOGIES, busiest_leader
+from nemeses.targets import CHASING_TOPOLOGIES, CONTROLLER_SPECS, NODE_KINDS, NODE_SPECS, PARTITION_TOPOLOGIES, busiest_leader
 
 # The report's fault-band colours (harness/report/faults.py), kept equal so a band drawn
 # from a package and one drawn from a history agree. They are stronger than Jepsen's pastel
@@ -108,7 +108,7 @@ class NemesisOptions:
         if self.primary_topics is not None:
             object.__setattr__(self, "primary_topics", tuple(self.primary_topics))
         _check_choices("db_targets", self.db_targets, NODE_SPECS + CONTROLLER_SPECS)
-        _check_choices("partition_targets", self.partition_targets, PARTITION_TOPOLOGIES + CONTROLLER_SPECS)
+        _check_choices("partition_targets", self.partition_targets, PARTITION_TOPOLOGIES + CONTROLLER_SPECS + CHASING_TOPOLOGIES)
         _check_choices("clock_kinds", self.clock_kinds, ("bump", "strobe"))
         if not (isinstance(self.strobe_min_period_exponent, int) and 0 <= self.strobe_min_period_exponent < 10):
             raise NemesisError(f"strobe_min_period_exponent {self.strobe_min_period_exponent!r} must be an int in [0, 10)")
@@ -197,6 +197,10 @@ def build_packages(names: list[str], control: ClusterControl, options: object = 
             packages.append(PausePackage(control, opts))
         elif name == "partition":
             from nemeses.partition import PartitionPackage
+            chases = [t for t in opts.partition_targets if t in CHASING_TOPOLOGIES]
+            if chases:
+                raise NemesisError(f"partition target {chases[0]} follows the Raft elections as they happen: only a "
+                                   "simulated run (--sim) has it")
             # A back end whose nodes are not in the run's namespace names the bridge they share
             # (cluster.docker_backend, cluster.docker_compose: nftables on the host's bridge).
             bridge_cut = getattr(control, "bridge_cut", None)

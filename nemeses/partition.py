@@ -38,7 +38,10 @@ def partition_schedule(nodes: list[int], options: NemesisOptions, rng: random.Ra
     def starts() -> Iterator[dict]:
         while True:
             name = rng.choice(options.partition_targets)
-            if name in LIVE_SPECS:
+            if name in CHASING_TOPOLOGIES:
+                # Each chase's delays after an election, in tenths of 0-1 s (as logquake.strategies draws them).
+                yield {"topology": name, "after_ms": rng.randrange(11) * 100.0, "then_ms": rng.randrange(11) * 100.0}
+            elif name in LIVE_SPECS:
                 yield {"topology": name}
             else:
                 yield partition_topology(name, nodes, rng).as_value()
@@ -110,10 +113,11 @@ class PartitionPackage:
 
             def go() -> None:
                 pending["timer"] = None
+                chased = {**seen, "chased": True}
                 if record is None:
-                    cut(seen["elected"], seen)
+                    cut(seen["elected"], chased)
                 else:
-                    record("start-partition", {**value, "chased": True, **seen}, lambda: cut(seen["elected"], seen),
+                    record("start-partition", {**value, **chased}, lambda: cut(seen["elected"], chased),
                            extra={"nemesis": self.name, "chased": True})
 
             pending["timer"] = self.control.schedule(delays_s[0 if pending["elections"] == 1 else 1], go)

@@ -68,7 +68,7 @@ class PartitionPackage:
                  partitioner: NftPartitioner | None = None) -> None:
         self.control = control
         self.options = options
-        self._disarm_trigger: Callable[[], None] | None = None  # a chase's stop (_chase)
+        self._chase_stop: Callable[[], None] | None = None  # a chase's stop (_chase)
         try:
             self.partitioner = partitioner or NftPartitioner()
             self.partitioner.install()
@@ -82,7 +82,7 @@ class PartitionPackage:
         if f == "start-partition":
             return self.start(value)
         if f == "stop-partition":
-            self._disarm()
+            self._end_chase()
             self.partitioner.heal()
             return {"healed": True}
         raise ValueError(f"the partition nemesis has no op {f!r}")
@@ -128,25 +128,26 @@ class PartitionPackage:
                 pending["timer"].cancel()
                 pending["timer"] = None
 
-        self._disarm()
+        self._end_chase()
         nodes, seen = live_controller(self.control, "raft-leader")
         done = cut(nodes[0], seen) if nodes else {**value, **seen, "blocked": []}
         stop_watching = watch(elected)
-        self._disarm_trigger = stop
+        self._chase_stop = stop
         return done
 
-    def _disarm(self) -> None:
-        disarm = self._disarm_trigger
-        if disarm is not None:
-            disarm()
-            self._disarm_trigger = None
+    def _end_chase(self) -> None:
+        """Stop the running chase, if any (a stop, heal or next start ends it)."""
+        stop = self._chase_stop
+        if stop is not None:
+            stop()
+            self._chase_stop = None
 
     def start(self, value: Any) -> dict:
         if not isinstance(value, dict) or "topology" not in value:
             raise ValueError(f"start-partition needs a topology value, got {value!r}")
         if value["topology"] in CHASING_TOPOLOGIES:
             return self._chase(value)
-        self._disarm()
+        self._end_chase()
         extra: dict = {}
         if value["topology"] in CONTROLLER_SPECS:
             everyone = self.control.nemesis_nodes(("broker", "controller")) if hasattr(self.control, "nemesis_nodes") else []
@@ -186,5 +187,5 @@ class PartitionPackage:
         return cut_from_controller
 
     def heal(self) -> None:
-        self._disarm()
+        self._end_chase()
         self.partitioner.heal()

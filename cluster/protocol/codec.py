@@ -216,7 +216,10 @@ BODY_CACHE_ENTRIES = 256
 def encode_response_cached(api_key: int, api_version: int, correlation_id: int, body: Any) -> bytes:
     """encode_response, with the body's bytes reused when an equal body was encoded lately."""
     key = (api_key, api_version, body)
-    encoded = _BODY_CACHE.get(key)
+    try:
+        encoded = _BODY_CACHE.get(key)
+    except TypeError:  # a field that is not hashable (a list): no reuse, the plain encoding
+        return encode_response(api_key, api_version, correlation_id, body)
     header_cls, write_header, write_body = _writers(api_key, api_version)
     if encoded is None:
         out = io.BytesIO()

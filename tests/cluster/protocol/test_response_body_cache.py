@@ -5,6 +5,7 @@ bounded, its oldest entry going first."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import uuid
 
@@ -52,3 +53,11 @@ def test_the_cache_is_bounded_and_drops_its_oldest_entry(monkeypatch: pytest.Mon
     for body in bodies:
         encode_response_cached(ApiKey.METADATA, 12, 1, body)
     assert [key[2] for key in codec._BODY_CACHE] == bodies[1:]
+
+
+def test_an_answer_that_cannot_be_hashed_is_encoded_plainly() -> None:
+    codec._BODY_CACHE.clear()
+    body = metadata(12, leader=0)
+    unhashable = dataclasses.replace(body, brokers=list(body.brokers))
+    frame = encode_response_cached(ApiKey.METADATA, 12, 5, unhashable)
+    assert frame == encode_response(ApiKey.METADATA, 12, 5, body) and not codec._BODY_CACHE

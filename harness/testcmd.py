@@ -280,18 +280,15 @@ def fault_schedule_ops(args: argparse.Namespace, nemeses: list[str]) -> list[Any
 
 
 def _check_nemesis_options(options: dict[str, str], simulated: bool) -> None:
-    from nemeses.base import NemesisError, checked_options
-    from nemeses.targets import CHASING_TOPOLOGIES
+    from nemeses.base import NemesisError, checked_options, simulation_only
 
     try:
         checked = checked_options(options)
     except NemesisError as exc:
         raise BadArgument(f"--nemesis-option: {exc}") from None
-    chases = [t for t in checked.partition_targets if t in CHASING_TOPOLOGIES]
-    if chases and not simulated:
-        # Before any cluster starts: the chase follows elections as the simulation sees them.
-        raise BadArgument(f"--nemesis-option partition_targets={chases[0]} follows the Raft elections as they happen: "
-                          "only a simulated run (--sim) has it")
+    refused = None if simulated else simulation_only(checked)
+    if refused:
+        raise BadArgument(refused)  # before any cluster starts (build_packages refuses it too)
 
 
 def _as_flag(message: str) -> str:

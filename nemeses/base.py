@@ -197,10 +197,9 @@ def build_packages(names: list[str], control: ClusterControl, options: object = 
             packages.append(PausePackage(control, opts))
         elif name == "partition":
             from nemeses.partition import PartitionPackage
-            chases = [t for t in opts.partition_targets if t in CHASING_TOPOLOGIES]
-            if chases:
-                raise NemesisError(f"partition target {chases[0]} follows the Raft elections as they happen: only a "
-                                   "simulated run (--sim) has it")
+            refused = simulation_only(opts)
+            if refused:
+                raise NemesisError(refused)
             # A back end whose nodes are not in the run's namespace names the bridge they share
             # (cluster.docker_backend, cluster.docker_compose: nftables on the host's bridge).
             bridge_cut = getattr(control, "bridge_cut", None)
@@ -239,6 +238,16 @@ def build_packages(names: list[str], control: ClusterControl, options: object = 
         else:
             raise NemesisError(f"unknown nemesis {name!r}; known: {', '.join(PACKAGE_NAMES)}")
     return packages
+
+
+def simulation_only(options: NemesisOptions) -> str | None:
+    """Why a real run cannot take these options (a chasing partition target follows the Raft
+    elections as the simulation sees them), or None."""
+    chases = [t for t in options.partition_targets if t in CHASING_TOPOLOGIES]
+    if not chases:
+        return None
+    return (f"--nemesis-option partition_targets={chases[0]} follows the Raft elections as they happen: only a "
+            "simulated run (--sim) has it")
 
 
 def alternate(start_f: str, stop_f: str, start_values: Iterator[Any]) -> Iterator[dict]:

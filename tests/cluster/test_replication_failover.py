@@ -96,6 +96,10 @@ def _brokers_down_scenario(make_cluster, unclean: bool) -> None:
         second_gone = time.monotonic()
         wait_for(lambda: len(producer.log.acks_after(second_gone)) > 100, 30, "acknowledgements by the leader alone")
         cluster.kill(leader)
+        # Answers the leader wrote just before SIGKILL still reach the client and become
+        # delivery reports on its next poll. No other broker is alive until `first` starts, so
+        # every acknowledgement that arrives before then came from the dead leader.
+        time.sleep(1.0)
         acked_before_outage = producer.log.acked_values()
         cluster.start(first)
         if not unclean:

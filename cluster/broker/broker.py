@@ -35,7 +35,7 @@ from cluster.broker.txn.service import TxnService
 from cluster.broker.txn_offsets import TxnOffsets
 from cluster.config import BrokerConfig
 from cluster.metadata.image import MetadataDelta, MetadataImage, TopicImage
-from cluster.protocol.codec import Request, build, encode_response, encode_response_cached, payload_class, request_class, response_class
+from cluster.protocol.codec import Request, build, encode_response, payload_class, request_class, response_class
 from cluster.protocol.versions import ApiKey, SUPPORTED_VERSIONS
 from cluster.storage.batch import parse_header
 from cluster.storage.config import LogConfig
@@ -95,6 +95,7 @@ class Broker:
         self.replicas = ReplicaManager(config, self.log_dir, clock, scheduler, outbound, self.controller_client, self._log_config_for_topic)
         self.replicas.on_txn_marker = self.on_txn_marker  # markers followers replicate
         self.topics = ImageTopics(self.controller_client)
+        self.metadata_answers = topic_api.MetadataAnswers()
         self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots, rng)  # KIP-227
         self.producer_ids = ProducerIdAllocator(self.controller_client)
         self.txn = TxnService(self)  # the transaction coordinator of the __transaction_state partitions it leads
@@ -319,10 +320,6 @@ class Broker:
 
     def respond(self, request: Request, body: Any) -> Response:
         return Response([encode_response(request.api_key, request.api_version, request.correlation_id, body)])
-
-    def respond_cached(self, request: Request, body: Any) -> Response:
-        """respond, reusing the encoded body of an equal answer (Metadata, asked over and over)."""
-        return Response([encode_response_cached(request.api_key, request.api_version, request.correlation_id, body)])
 
     def partition(self, topic: str, index: int) -> Partition | None:
         return self.replicas.partition(TopicPartition(topic, index))

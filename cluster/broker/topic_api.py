@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from cluster.broker.env import Reply, Response
 from cluster.broker.topics import INTERNAL_TOPICS, InvalidTopicError, check_topic_name
-from cluster.protocol.codec import Request, build, payload_class, request_class, response_class
+from cluster.protocol.codec import Request, build, encode_response_body, frame_response, payload_class, request_class, response_class
 from cluster.protocol.versions import ApiKey
 
 if TYPE_CHECKING:
@@ -29,15 +29,66 @@ AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 _ZERO_UUID = uuid.UUID(int=0)
 
 
+class MetadataAnswers:
+    """One broker's encoded Metadata answers, reused while its metadata image is unchanged.
+
+    While partitions have no leader, clients ask for metadata as soon as an answer arrives
+    (aiokafka's fetcher and sender do): with the controllers' links cut, one 13-s simulated run
+    answered 15,383 Metadata requests, and building and encoding them was most of its time.
+    An answer depends on the image, the request's version, topics and auto-creation flag and on
+    whether the broker is registered, and is kept under those until the image changes (a record
+    applied moves `next_offset`; a replaced image is another object). An answer naming a missing
+    topic is never kept: asking for one starts its auto-creation, and a later answer differs."""
+
+    MAX_ENTRIES = 256  # distinct requests between two image changes; clients ask a handful
+
+    def __init__(self) -> None:
+        self._image: object = None
+        self._next_offset = -1
+        self._bodies: dict[tuple[Any, ...], bytes] = {}
+
+    def _current(self, image: Any) -> dict[tuple[Any, ...], bytes]:
+        if self._image is not image or self._next_offset != image.next_offset:
+            self._image, self._next_offset = image, image.next_offset
+            self._bodies.clear()
+        return self._bodies
+
+    def get(self, image: Any, key: tuple[Any, ...]) -> bytes | None:
+        return self._current(image).get(key)
+
+    def put(self, image: Any, key: tuple[Any, ...], encoded_body: bytes) -> None:
+        bodies = self._current(image)
+        if len(bodies) >= self.MAX_ENTRIES:
+            bodies.pop(next(iter(bodies)))
+        bodies[key] = encoded_body
+
+
 def handle_metadata(broker: Broker, request: Request, reply: Reply) -> None:
     version = request.api_version
     body = request.body
     image = broker.controller_client.image
+    allow_auto_create = getattr(body, "allow_auto_topic_creation", True) and broker.config.auto_create_topics_enable
+    key = (version, allow_auto_create, broker.controller_client.registered,
+           None if body.topics is None else tuple((t.name, getattr(t, "topic_id", None)) for t in body.topics))
+    encoded = broker.metadata_answers.get(image, key)
+    if encoded is None:
+        response, complete = _metadata_answer(broker, request, image, allow_auto_create)
+        encoded = encode_response_body(ApiKey.METADATA, version, response)
+        if complete:
+            broker.metadata_answers.put(image, key, encoded)
+    reply(Response([frame_response(ApiKey.METADATA, version, request.correlation_id, encoded)]))
+
+
+def _metadata_answer(broker: Broker, request: Request, image: Any, allow_auto_create: bool) -> tuple[Any, bool]:
+    """The Metadata answer from `image`, and whether every topic asked for was there (an
+    answer that can be reused until the image changes)."""
+    version = request.api_version
+    body = request.body
+    complete = True
     cls = response_class(ApiKey.METADATA, version)
     broker_cls = payload_class(ApiKey.METADATA, version, "MetadataResponseBroker")
     topic_cls = payload_class(ApiKey.METADATA, version, "MetadataResponseTopic")
     partition_cls = payload_class(ApiKey.METADATA, version, "MetadataResponsePartition")
-    allow_auto_create = getattr(body, "allow_auto_topic_creation", True) and broker.config.auto_create_topics_enable
 
     requested: list[tuple[str | None, Any]]
     if body.topics is None or (version == 0 and not body.topics):
@@ -48,6 +99,8 @@ def handle_metadata(broker: Broker, request: Request, reply: Reply) -> None:
     topics = []
     for name, topic_id in requested:
         info = broker.topics.by_name(name) if name is not None else None
+        if info is None:
+            complete = False
         if name is None:
             # A topic named by id alone (Metadata v12+ makes names nullable). Before v12 a
             # null name cannot even be encoded in the answer, so it is a bad request.
@@ -109,7 +162,7 @@ def handle_metadata(broker: Broker, request: Request, reply: Reply) -> None:
         cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
         error_code=ErrorCode.none,
     )
-    reply(broker.respond_cached(request, response))
+    return response, complete
 
 
 def _auto_create(broker: Broker, name: str) -> None:

@@ -33,7 +33,7 @@ class MetadataAnswers:
     """One broker's encoded Metadata answers, reused while its metadata image is unchanged.
 
     While partitions have no leader, clients ask for metadata as soon as an answer arrives
-    (aiokafka's fetcher and sender do): with the controllers' links cut, one 13-s simulated run
+    (aiokafka's fetcher and sender do): with the controllers' links slowed, one 13-s simulated run
     answered 15,383 Metadata requests, and building and encoding them was most of its time.
     An answer depends on the image, the request's version, topics and auto-creation flag and on
     whether the broker is registered, and is kept under those until the image changes (a record

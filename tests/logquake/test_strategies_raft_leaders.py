@@ -14,7 +14,8 @@ from hypothesis import find, given, settings
 
 from harness.hunt import describe_fault
 from harness.hunt_schedule import read_schedule
-from logquake.strategies import Fault, fault_schedules, faults, ops, schedule_json
+from logquake.strategies import Fault, fault_schedules, ops, schedule_json
+from tests.logquake.test_strategies_raft_leader import drawn_partition_targets
 
 QUORUM = {"brokers": 3, "time_limit_s": 8, "controllers": 3, "node_kinds": ("controller",)}
 CHASE = Fault("partition", "raft-leaders", 1.0, 7.0, params=(("then_ms", 800.0), ("after_ms", 100.0)))
@@ -61,15 +62,7 @@ def test_chases_are_drawn_by_partitions_with_both_delays_in_tenths_of_a_second(s
 
 
 def test_a_chase_is_drawn_about_as_often_as_the_other_targets_and_shrinks_to_no_delay() -> None:
-    strategy = faults("partition", live_nodes=("raft-leaders",), **QUORUM)
-    seen = {"raft-leaders": 0, "active-controller": 0, "ids": 0}
-
-    @settings(max_examples=300, deadline=None, database=None, derandomize=True)
-    @given(strategy)
-    def count(fault: Fault) -> None:
-        seen[fault.targets if isinstance(fault.targets, str) else "ids"] += 1
-
-    count()
+    seen = drawn_partition_targets("raft-leaders", QUORUM)
     assert min(seen.values()) >= 50, seen
     schedule = find(fault_schedules(kinds=("partition",), live_nodes=("raft-leaders",), **QUORUM),
                     lambda s: any(f.targets == "raft-leaders" for f in s),

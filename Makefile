@@ -8,6 +8,7 @@ STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 # import MODULE; ensurepip is what `python3 -m venv` needs).
 DEBS := python3/ensurepip:python3-venv kcat:kcat java:openjdk-17-jre-headless nft:nftables unshare:util-linux ip:iproute2 chromium:chromium
 PYTEST_ARGS ?=
+# make test prints its 30 slowest test phases (--durations): CI's log shows where its time went.
 # Parallel test processes (pytest-xdist). The suite mostly waits (fault runs, timeouts, real
 # clusters), so more workers than the 2 cores of CI still shorten it (1,883 tests: 9 min 28 s with
 # 4 workers on a quiet machine, 12 min 16 s with 3 under some load); PYTEST_WORKERS=0 runs serially.
@@ -47,7 +48,7 @@ test: setup
 	build_log=$$(mktemp /tmp/logquake-image-build.XXXXXX); \
 	$(VENV)/bin/logquake image build >"$$build_log" 2>&1 & build=$$!; \
 	status=0; $(VENV)/bin/lint-imports || status=$$?; \
-	[ $$status != 0 ] || $(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS) || status=$$?; \
+	[ $$status != 0 ] || $(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist worksteal --durations=30 $(PYTEST_ARGS) || status=$$?; \
 	wait $$build || { echo "logquake image build failed:"; cat "$$build_log"; [ $$status != 0 ] || status=1; }; \
 	rm -f "$$build_log"; [ $$docker_up = 1 ] || scripts/ensure-docker stop >/dev/null; exit $$status
 

@@ -30,10 +30,8 @@ SPEC = {"name": "standalone", "workload": "queue", "seed": 3,
         "cluster_config": {"min.insync.replicas": "2", "unclean.leader.election.enable": "false"},
         "workload_options": {"sub_via": ["assign"]}}
 # Small executors: the machine has 2 cores and other work; one executor per worker.
-# The first job waits until both executors registered (standalone's default ratio is 0): the
-# test checks that each worker's executor ran tasks.
 CLUSTER_CONF = {"spark.executor.memory": "512m", "spark.executor.cores": "1", "spark.cores.max": "2",
-                "spark.sql.shuffle.partitions": "4", "spark.scheduler.minRegisteredResourcesRatio": "1.0"}
+                "spark.sql.shuffle.partitions": "4"}
 KEYS = 12
 # Three daemon JVMs, a driver process and two executors: 30-60 s on the shared 2-core machine,
 # so it starts first under xdist (tests/conftest.py).
@@ -48,8 +46,7 @@ def standalone():
 
 def recorded_history() -> History:
     """A queue run over 12 keys with a kill, one lost acknowledged write, one duplicate, and a
-    G0 write cycle between two transactions: findings in several keys, so the executors on
-    both workers judge some."""
+    G0 write cycle between two transactions: findings in several keys."""
     h = History()
     logs: dict[int, list[tuple[int, int]]] = {k: [] for k in range(KEYS)}
     h.complete("nemesis", "start-kill", "info", {"targets": "one"})
@@ -116,16 +113,19 @@ def test_analyze_on_a_standalone_cluster_matches_local_mode(standalone, tmp_path
     assert (remote / "report.html").is_file()
 
     # It ran on the cluster: the master finished one application that held both workers'
-    # cores, and an executor on each worker ran tasks for it. Counting executor directories
-    # is not that: when the driver stops, its executors exit with status 0 and the master
-    # may launch a replacement on each worker before it learns that the application ended,
-    # then kill it at once (seen in CI: directories 0 and 2 on one worker, 2 never ran a task).
+    # cores, each worker launched an executor for it, and the executors ran its tasks.
+    # Not "one executor directory per worker": when the driver stops, its executors exit with
+    # status 0 and the master may launch a replacement on each worker before it learns that
+    # the application ended, then kill it at once (seen in CI: directories 0 and 2 on one
+    # worker). Not "each worker ran tasks" either: Spark's locality preference may give every
+    # task to the executor that read the history (measured: 4 runs in 8 under load).
     apps = standalone.master_state()["completedapps"]
     assert [(app["name"], app["cores"]) for app in apps] == [("logquake-checkers", 2)], apps
-    for i in range(2):
-        executors = sorted((standalone.root / f"worker-{i}" / apps[0]["id"]).iterdir())
-        ran_tasks = [e.name for e in executors if "Running task" in (e / "stderr").read_text(errors="replace")]
-        assert ran_tasks, (i, [e.name for e in executors])
+    executors = [sorted((standalone.root / f"worker-{i}" / apps[0]["id"]).iterdir()) for i in range(2)]
+    assert all(executors), executors
+    ran_tasks = [e for launched in executors for e in launched
+                 if "Running task" in (e / "stderr").read_text(errors="replace")]
+    assert ran_tasks, executors
 
 
 def test_a_second_master_in_a_process_with_a_session_is_refused(spark, standalone, tmp_path, capsys):

@@ -5,7 +5,8 @@ Defaults follow reference/pyspark.md: local[*], shuffle partitions = default par
 histories (off for small ones, see below), and the C1-only JIT (with a larger code cache:
 the default 48 MB fills up and the JVM stops compiling) for small runs (it starts faster and is 15–20 % quicker on small jobs, but halves
 throughput near 10^7 rows, so big runs turn it off). `spark_master` and plain Spark settings
-(`spark_conf`) send the same job to a real cluster.
+(`spark_conf`) send the same job to a real cluster. The driver JVM maps the class-data-sharing
+archive when this machine has one (checkers/class_archive.py): it starts ~2.5 s sooner.
 
 Spark's scratch files (its local dirs, the driver JVM's java.io.tmpdir: shuffle blocks,
 artifacts, native libraries) go to one private directory per process, removed when the
@@ -34,6 +35,8 @@ from pathlib import Path
 from typing import Mapping
 
 from pyspark.sql import SparkSession
+
+from checkers import class_archive
 
 C1_JIT_OPTION = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m"
 
@@ -155,8 +158,13 @@ def make_spark(*, spark_master: str | None = None, spark_conf: Mapping[str, str]
     conf.update(spark_conf or {})
     scratch = scratch_dir()
     java_options = conf.get("spark.driver.extraJavaOptions", "")
+    sharing = class_archive.driver_java_options()
+    if sharing and "SharedArchiveFile" not in java_options and "ArchiveClassesAtExit" not in java_options:
+        java_options = f"{java_options} {sharing}".strip()  # the driver's classes from the archive: a faster start
     if "-Djava.io.tmpdir=" not in java_options:
-        conf["spark.driver.extraJavaOptions"] = f"{java_options} -Djava.io.tmpdir={scratch}".strip()
+        java_options = f"{java_options} -Djava.io.tmpdir={scratch}".strip()
+    if java_options:
+        conf["spark.driver.extraJavaOptions"] = java_options
     if (spark_master or "local").startswith("local"):
         conf.setdefault("spark.local.dir", str(scratch))  # executors elsewhere keep their own
     active = SparkSession.getActiveSession()

@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Mapping
 
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from checkers import class_archive
@@ -134,10 +135,10 @@ def scratch_dir() -> Path:
 
 
 def _remove_scratch(path: Path) -> None:
-    session = SparkSession.getActiveSession()
-    if session is not None:
+    context = SparkContext._active_spark_context  # whichever thread started it (see make_spark)
+    if context is not None:
         try:
-            session.stop()
+            context.stop()
         except Exception:  # noqa: BLE001 - exiting anyway; the directory goes regardless
             pass
     shutil.rmtree(path, ignore_errors=True)
@@ -167,10 +168,14 @@ def make_spark(*, spark_master: str | None = None, spark_conf: Mapping[str, str]
         conf["spark.driver.extraJavaOptions"] = java_options
     if (spark_master or "local").startswith("local"):
         conf.setdefault("spark.local.dir", str(scratch))  # executors elsewhere keep their own
-    active = SparkSession.getActiveSession()
-    if active is not None and spark_master is not None and active.sparkContext.master != spark_master:
+    # The process's context, not SparkSession.getActiveSession(): that is per thread (the JVM
+    # thread Py4J pins to this Python thread), so a session started in another thread (an
+    # in-process run's check) was invisible here, and the check quietly ran on it instead of
+    # on the cluster asked for (seen in make test).
+    active = SparkContext._active_spark_context
+    if active is not None and spark_master is not None and active.master != spark_master:
         # getOrCreate would quietly hand back the running session and its master.
-        raise SparkMasterConflict(f"a Spark session on {active.sparkContext.master} is already running in this "
+        raise SparkMasterConflict(f"a Spark session on {active.master} is already running in this "
                                   f"process; cannot also use --spark-master {spark_master} (one SparkContext per "
                                   "process: run the check in a process of its own)")
     builder = SparkSession.builder.appName(app_name).master(spark_master or "local[*]")

@@ -9,7 +9,8 @@ machine); this module only names the file and, when it exists, the option.
 
 The archive is valid only for the JVM and the class path that wrote it, so its file name is
 a digest of both: the java binary PySpark will start (JAVA_HOME's, else the first on PATH),
-its VM library and class library with their sizes and mtimes, the PySpark version, and the name and size of every jar it ships.
+its VM library and class library with their sizes and mtimes, and the path of PySpark's jars
+directory with the name and size of every jar in it.
 Another Java or PySpark simply finds no archive and starts as before. A truncated archive
 would crash the JVM (SIGBUS, measured), so the builder only ever renames a finished,
 verified file into place.
@@ -51,11 +52,17 @@ def java_binary() -> Path | None:
     return Path(os.path.realpath(found))
 
 
-def archive_key() -> str | None:
+def pyspark_jars() -> Path:
+    """The jars directory of the PySpark this process imports: the driver's class path."""
+    return Path(pyspark.__file__).resolve().parent / "jars"
+
+
+def archive_key(jars: Path | None = None) -> str | None:
     """A digest of what the archive depends on, or None when there is no java to start."""
     java = java_binary()
     if java is None:
         return None
+    jars = (jars or pyspark_jars()).resolve()
     digest = hashlib.sha256()
     home = java.parent.parent
     # The launcher may stay byte-identical across JDK updates; the VM and class library do not.
@@ -63,16 +70,17 @@ def archive_key() -> str | None:
         if part.exists():
             stat = part.stat()
             digest.update(f"{part} {stat.st_size} {stat.st_mtime_ns}\n".encode())
-    digest.update(f"pyspark {pyspark.__version__}\n".encode())
-    jars = Path(pyspark.__file__).resolve().parent / "jars"
+    # The path too: the JVM checks the class path it was dumped with, so another virtualenv's
+    # identical PySpark cannot use this archive (it would silently be skipped).
+    digest.update(f"jars {jars}\n".encode())
     for jar in sorted(jars.glob("*.jar")):
         digest.update(f"{jar.name} {jar.stat().st_size}\n".encode())
     return digest.hexdigest()[:20]
 
 
-def archive_path() -> Path | None:
+def archive_path(jars: Path | None = None) -> Path | None:
     """Where this machine's archive for this Java and PySpark is (whether or not it exists)."""
-    key = archive_key()
+    key = archive_key(jars)
     return None if key is None else cache_dir() / "spark-cds" / f"driver-{key}.jsa"
 
 

@@ -7,7 +7,8 @@ through the real pipeline (conversion, every check, claims, the report), so the 
 holds what a real check loads. The new file is then verified by checking the run again
 with the archive required (-Xshare:on: a file the JVM cannot map fails that check instead
 of a user's), and only then renamed into place, atomically. Builders on one machine take
-turns through a lock; archives for other Java or PySpark versions are removed.
+turns through a lock; archives no PySpark here can use any more (a removed virtualenv, another
+Java or PySpark) are removed, while other checkouts' archives stay.
 
 Nothing here is needed for a correct check: without the archive every check runs, only
 its driver starts about 2.5 s slower.
@@ -113,13 +114,29 @@ def build(*, force: bool = False) -> tuple[Path, bool]:
                 if not partial.is_file() or partial.stat().st_size == 0:
                     raise ArchiveBuildError(f"the training check's JVM wrote no archive at {partial}")
                 _analyze(verifying, class_archive.REQUIRE_ENV, partial)
+                # Which PySpark it belongs to, for a later build's clean-up (below).
+                target.with_suffix(".json").write_text(json.dumps({"jars": str(class_archive.pyspark_jars())}))
                 os.replace(partial, target)
             finally:
                 partial.unlink(missing_ok=True)
-        for other in target.parent.glob("driver-*.jsa"):
-            if other != target:
-                other.unlink(missing_ok=True)  # another Java's or PySpark's: never used again
+        remove_stale(target.parent)
     return target, True
+
+
+def remove_stale(directory: Path) -> list[Path]:
+    """Remove the archives no PySpark on this machine can use any more: their virtualenv is
+    gone, or its PySpark or the Java changed (each checkout keeps its own, ~160 MB)."""
+    removed = []
+    for archive in directory.glob("driver-*.jsa"):
+        try:
+            jars = Path(json.loads(archive.with_suffix(".json").read_text())["jars"])
+        except (OSError, ValueError, KeyError, TypeError):
+            jars = None  # no record of its PySpark: nothing can tell that it is still used
+        if jars is None or not jars.is_dir() or class_archive.archive_path(jars) != archive:
+            archive.unlink(missing_ok=True)
+            archive.with_suffix(".json").unlink(missing_ok=True)
+            removed.append(archive)
+    return removed
 
 
 def main(argv: Sequence[str] | None = None) -> int:

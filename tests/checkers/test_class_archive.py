@@ -59,15 +59,39 @@ def test_another_java_has_another_archive_and_no_java_builds_none(cache, tmp_pat
     assert not cache.exists()
 
 
+def archive_of(jars: Path, record: bool = True) -> Path:
+    """A stand-in archive (and its record) for the PySpark whose jars are in `jars`."""
+    path = class_archive.archive_path(jars)
+    assert path is not None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"another checkout's")
+    if record:
+        path.with_suffix(".json").write_text(json.dumps({"jars": str(jars)}))
+    return path
+
+
 @pytest.mark.slow  # two checks and a session: about 35 s
-def test_the_builder_writes_a_verified_archive_once_removes_other_versions_and_spark_maps_it(cache):
-    (cache / "spark-cds").mkdir(parents=True)
-    stale = cache / "spark-cds" / "driver-0123456789abcdef0123.jsa"
-    stale.write_bytes(b"an older PySpark's")
+def test_the_builder_writes_a_verified_archive_once_removes_stale_ones_and_spark_maps_it(cache, tmp_path):
+    (tmp_path / "other-venv").mkdir()
+    (tmp_path / "other-venv" / "spark-core.jar").write_bytes(b"jar")
+    other_checkout = archive_of(tmp_path / "other-venv")  # its virtualenv is there: kept
+    (tmp_path / "gone-venv").mkdir()
+    removed_venv = archive_of(tmp_path / "gone-venv")
+    (tmp_path / "gone-venv").rmdir()  # removed since
+    (tmp_path / "changed-venv").mkdir()
+    changed = archive_of(tmp_path / "changed-venv")
+    (tmp_path / "changed-venv" / "spark-core.jar").write_bytes(b"an upgrade")  # its PySpark changed
+    unrecorded = archive_of(tmp_path / "other-venv" / "..", record=False)
+
     path, built = spark_archive.build()
     assert built and path == class_archive.archive_path() and path.stat().st_size > 10 * 2**20
-    assert not stale.exists()
-    assert sorted(p.name for p in path.parent.iterdir()) == [".build.lock", path.name]  # no partial file left
+    assert json.loads(path.with_suffix(".json").read_text()) == {"jars": str(class_archive.pyspark_jars())}
+    assert other_checkout.exists() and other_checkout.with_suffix(".json").exists()
+    for stale in (removed_venv, changed, unrecorded):
+        assert not stale.exists() and not stale.with_suffix(".json").exists(), stale
+    names = sorted(p.name for p in path.parent.iterdir())  # no partial file left
+    assert names == sorted([".build.lock", path.name, path.with_suffix(".json").name, other_checkout.name,
+                            other_checkout.with_suffix(".json").name])
     assert spark_archive.build() == (path, False)
 
     # A session started the usual way (make_spark) maps it: its driver JVM got the option.

@@ -11,6 +11,7 @@ cycles     G0/G1c search on the collected edges (networkx)
 eos        the exactly-once checks of consume-transform-produce runs (a job after the per-key
            pass, only for runs with copy ops)
 frames     reading the history (key-bucket files into Python tasks); findings, result, explain, progress, spark: the plumbing
+class_archive  the Spark driver's class-data-sharing archive: its file and the JVM options (a faster start)
 
 Each rule is implemented once, here. Its references live in tests/checkers/ (oracle.py,
 dataframe_oracle/, cycle_oracle.py, eos_oracle.py), never in this package.

@@ -102,6 +102,7 @@ def build(*, force: bool = False) -> tuple[Path, bool]:
     with open(target.parent / ".build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another builder may be writing the same file
         if target.is_file() and not force:
+            remove_stale(target.parent)  # e.g. the archives of clean clones since removed
             return target, False
         with tempfile.TemporaryDirectory(prefix="logquake-class-archive-") as tmp:
             training, verifying = Path(tmp) / "training", Path(tmp) / "verifying"

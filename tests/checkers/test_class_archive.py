@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -93,6 +94,8 @@ def test_the_builder_writes_a_verified_archive_once_removes_stale_ones_and_spark
     assert names == sorted([".build.lock", path.name, path.with_suffix(".json").name, other_checkout.name,
                             other_checkout.with_suffix(".json").name])
     assert spark_archive.build() == (path, False)
+    shutil.rmtree(tmp_path / "other-venv")  # that checkout removed: the next call, a no-op build, cleans up
+    assert spark_archive.build() == (path, False) and not other_checkout.exists()
 
     # A session started the usual way (make_spark) maps it: its driver JVM got the option.
     probe = ("import json; from checkers.spark import make_spark; s = make_spark(); "

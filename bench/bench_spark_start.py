@@ -17,27 +17,19 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from harness.spark_archive import build, write_training_run
+from checkers.class_archive import SWITCH_ENV
+from harness.spark_archive import build, check_training_run, write_training_run
 
 
 def analyze_s(run_dir: Path, *, archive: bool) -> float:
-    env = dict(os.environ)
-    env["LOGQUAKE_SPARK_CLASS_ARCHIVE"] = "on" if archive else "off"
-    for stale in ("results.json", "report.html"):
-        (run_dir / stale).unlink(missing_ok=True)
     started = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "harness.cli", "analyze", str(run_dir)], env=env,
-                         capture_output=True, text=True, timeout=300)
-    elapsed = time.monotonic() - started
-    if out.returncode != 1:  # the training run holds a lost write: invalid
-        raise SystemExit(f"analyze exited {out.returncode}:\n{(out.stdout + out.stderr)[-2000:]}")
-    return elapsed
+    check_training_run(run_dir, {SWITCH_ENV: "on" if archive else "off"},
+                       "check " + ("with" if archive else "without") + " the archive")
+    return time.monotonic() - started
 
 
 def main() -> None:

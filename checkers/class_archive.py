@@ -1,11 +1,11 @@
 """Where the Spark driver's class-data-sharing archive lives, and the JVM options that use it.
 
-Most of a small check's wall time is the driver JVM loading Spark's classes: measured here,
+Much of a small check's wall time is the driver JVM loading Spark's classes: measured here,
 `logquake analyze` of a 25-s run took 8.0 s, and 5.5 s with an AppCDS archive of the
 classes a check loads (a new session 3.2 s -> 1.7 s). Java 17 writes such an archive when a
 JVM run with `-XX:ArchiveClassesAtExit=FILE` exits, and maps it at start with
 `-XX:SharedArchiveFile=FILE`. harness/spark_archive.py builds it (`make setup` does, once per
-machine); this module only names the file and, when it exists, the option.
+checkout); this module only names the file and, when it exists, the option.
 
 The archive is valid only for the JVM and the class path that wrote it, so its file name is
 a digest of both: the java binary PySpark will start (JAVA_HOME's, else the first on PATH),

@@ -6,7 +6,7 @@ histories (off for small ones, see below), and the C1-only JIT (with a larger co
 the default 48 MB fills up and the JVM stops compiling) for small runs (it starts faster and is 15–20 % quicker on small jobs, but halves
 throughput near 10^7 rows, so big runs turn it off). `spark_master` and plain Spark settings
 (`spark_conf`) send the same job to a real cluster. The driver JVM maps the class-data-sharing
-archive when this machine has one (checkers/class_archive.py): it starts ~2.5 s sooner.
+archive when this machine has one (checkers/class_archive.py): a check then takes ~2.9 s less.
 
 Spark's scratch files (its local dirs, the driver JVM's java.io.tmpdir: shuffle blocks,
 artifacts, native libraries) go to one private directory per process, removed when the

@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from checkers import class_archive
 from harness.history import NEMESIS, HistoryWriter, Op
@@ -79,16 +79,15 @@ def write_training_run(run_dir: Path) -> None:
             writer.append(one)
 
 
-def _analyze(run_dir: Path, env_key: str, archive: Path) -> None:
-    env = dict(os.environ)
-    env.pop(class_archive.DUMP_ENV, None)
-    env.pop(class_archive.REQUIRE_ENV, None)
-    env[env_key] = str(archive)
-    out = subprocess.run([sys.executable, "-m", "harness.cli", "analyze", str(run_dir)], env=env,
+def check_training_run(run_dir: Path, env: Mapping[str, str], step: str) -> None:
+    """`logquake analyze` of the training run in a process of its own, with `env` added to
+    this one's (the builder's dump and require switches removed first); raises unless the
+    verdict is invalid, as the training run's lost write makes it."""
+    full_env = {k: v for k, v in os.environ.items() if k not in (class_archive.DUMP_ENV, class_archive.REQUIRE_ENV)}
+    full_env.update(env)
+    out = subprocess.run([sys.executable, "-m", "harness.cli", "analyze", str(run_dir)], env=full_env,
                          capture_output=True, text=True, timeout=TIMEOUT_S)
-    # 1: invalid, as the training run's lost write should make it.
     if out.returncode != 1 or "verdict: INVALID" not in out.stdout + out.stderr:
-        step = "training check" if env_key == class_archive.DUMP_ENV else "check with the new archive"
         raise ArchiveBuildError(f"the {step} exited {out.returncode} (expected 1, invalid):\n"
                                 + (out.stdout + out.stderr)[-3000:])
 
@@ -111,10 +110,10 @@ def build(*, force: bool = False) -> tuple[Path, bool]:
             # Next to the target, so that the rename is atomic (one file system).
             partial = target.parent / f".{target.name}.{os.getpid()}.partial"
             try:
-                _analyze(training, class_archive.DUMP_ENV, partial)
+                check_training_run(training, {class_archive.DUMP_ENV: str(partial)}, "training check")
                 if not partial.is_file() or partial.stat().st_size == 0:
                     raise ArchiveBuildError(f"the training check's JVM wrote no archive at {partial}")
-                _analyze(verifying, class_archive.REQUIRE_ENV, partial)
+                check_training_run(verifying, {class_archive.REQUIRE_ENV: str(partial)}, "check with the new archive")
                 # Which PySpark it belongs to, for a later build's clean-up (below).
                 target.with_suffix(".json").write_text(json.dumps({"jars": str(class_archive.pyspark_jars())}))
                 os.replace(partial, target)

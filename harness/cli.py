@@ -8,7 +8,10 @@ handler returns the process exit code. Exit codes follow Jepsen: 0 valid, 1 inva
 from __future__ import annotations
 
 import argparse
+import faulthandler
+import io
 import importlib
+import signal
 import sys
 from typing import Sequence
 
@@ -40,7 +43,17 @@ def build_parser() -> ArgumentParser:
     return parser
 
 
+def dump_stacks_on_sigusr1() -> None:
+    """`kill -USR1 PID` prints every thread's stack to stderr and the run goes on: how a user
+    (or a test that timed out) sees where a run that stopped making progress is waiting."""
+    try:
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+    except (AttributeError, ValueError, io.UnsupportedOperation):
+        pass  # stderr is not a file (an embedding that captured it): nowhere to print stacks
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    dump_stacks_on_sigusr1()
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

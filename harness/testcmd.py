@@ -529,8 +529,9 @@ def run_one(spec: RunSpec, results_dir: str, on_record: Any = None, sim: bool = 
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m harness.testcmd ...`: the test subcommand on its own."""
-    from harness.cli import ArgumentParser
+    from harness.cli import ArgumentParser, dump_stacks_on_sigusr1
 
+    dump_stacks_on_sigusr1()
     parser = ArgumentParser(prog="logquake")
     register(parser.add_subparsers(dest="command", required=True, parser_class=ArgumentParser))
     args = parser.parse_args(["test", *(sys.argv[1:] if argv is None else argv)])

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from harness.history import read_history
+from tests.run_logquake import run_command
 
-PROJECT = Path(__file__).resolve().parents[2]
 FAST_FAILOVER = ["broker.session.timeout.ms=3000", "broker.heartbeat.interval.ms=500", "replica.lag.time.max.ms=5000",
                  "replica.fetch.wait.max.ms=200", "group.initial.rebalance.delay.ms=0", "offsets.topic.num.partitions=3"]
 
@@ -37,7 +37,7 @@ def run_test(tmp_path: Path, *argv: str, cluster_config: list[str], client_confi
         command += ["--cluster-config", pair]
     for pair in client_config:
         command += ["--client-config", pair]
-    out = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=PROJECT)
+    out = run_command(command, timeout_s=400)
     runs = sorted({p.parent.resolve() for p in results.glob("*/*/spec.json")})  # "latest" links resolve to the run
     assert len(runs) == 1, f"no single run dir under {results}:\n{out.stderr[-3000:]}"
     run_dir = runs[0]

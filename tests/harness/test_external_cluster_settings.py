@@ -17,6 +17,7 @@ import pytest
 
 from checkers.claims import DURABLE, ClaimInputs, claims_for
 from workloads.topic_settings import TopicSettingError, split_cluster_config
+from tests.run_logquake import run_command
 
 PROJECT = Path(__file__).resolve().parents[2]
 EXTERNAL_SPEC = {"workload": "queue", "bootstrap_servers": "127.0.0.1:9092", "brokers": 3}
@@ -135,8 +136,7 @@ def test_bundled_runs_still_claim_from_their_typed_broker_settings():
 # -- end to end against a real cluster -----------------------------------------------------
 
 def logquake(*argv):
-    return subprocess.run([sys.executable, "-m", "harness.cli", *argv], capture_output=True, text=True, timeout=900,
-                          cwd=PROJECT)
+    return run_command([sys.executable, "-m", "harness.cli", *argv], timeout_s=300)
 
 
 def only_run_dir(results):

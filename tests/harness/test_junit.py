@@ -19,6 +19,7 @@ from harness.junit import Expectation, RunRecord, load_result, now_utc, suite_fo
 from tests.checkers.builder import History
 
 from .junit_helpers import read_junit
+from tests.run_logquake import run_command
 
 PROJECT = Path(__file__).resolve().parents[2]
 COMMAND = "logquake test --workload queue --seed 7 --name lossy"
@@ -169,10 +170,10 @@ def test_harness_errors_and_interrupts_are_errors_and_odd_text_stays_valid_xml(t
 @pytest.mark.slow
 def test_logquake_test_writes_junit_for_a_real_valid_run(tmp_path):
     junit = tmp_path / "reports" / "run.xml"
-    out = subprocess.run([sys.executable, "-m", "harness.testcmd", "--workload", "queue", "--brokers", "1",
+    out = run_command([sys.executable, "-m", "harness.testcmd", "--workload", "queue", "--brokers", "1",
                           "--time-limit", "4", "--quiet-period", "1", "--final-time-limit", "30", "--seed", "11",
                           "--results-dir", str(tmp_path / "results"), "--junit-xml", str(junit)],
-                         capture_output=True, text=True, timeout=600, cwd=PROJECT)
+                         timeout_s=300)
     assert out.returncode == 0, out.stdout + out.stderr
     [suite] = read_junit(junit)
     assert suite.properties["verdict"] == "valid" and suite.properties["seed"] == "11"

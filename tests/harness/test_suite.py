@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from .junit_helpers import read_junit
+from tests.run_logquake import run_command
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -79,8 +80,7 @@ def test_a_suite_of_two_runs_writes_one_index_one_junit_file_and_exits_with_the_
     path.write_text(TINY.replace("{second}", "miss").replace("{second_time_limit_s}", "3"))
     results = tmp_path / "results"
     copy = tmp_path / "ci" / "junit.xml"
-    out = subprocess.run(suite_command(path, results, "--junit-xml", str(copy)), capture_output=True, text=True,
-                         timeout=600, cwd=PROJECT)
+    out = run_command(suite_command(path, results, "--junit-xml", str(copy)), timeout_s=400)
     # The second run is valid, but its entry expects the cluster to lose writes: not as expected.
     assert out.returncode == 1, out.stdout + out.stderr
     lines = out.stdout.strip().splitlines()

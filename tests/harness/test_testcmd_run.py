@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.history import read_history
+from tests.run_logquake import run_command
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -61,9 +62,9 @@ def alive(pid):
 @pytest.mark.slow
 def test_a_short_queue_run_records_a_complete_history_and_ends_with_a_verdict(tmp_path):
     results = tmp_path / "results"
-    out = subprocess.run(logquake_test("--workload", "queue", "--time-limit", "10", "--seed", "1234",
+    out = run_command(logquake_test("--workload", "queue", "--time-limit", "10", "--seed", "1234",
                                        "--quiet-period", "1", "--final-time-limit", "30", results=results),
-                         capture_output=True, text=True, timeout=900, cwd=PROJECT)
+                         timeout_s=300)
     lines = out.stdout.strip().splitlines()
     assert lines[0].startswith("logquake test: seed 1234; reproduce with: logquake test --workload queue"), out.stdout
     assert lines[-1] == lines[0]
@@ -215,11 +216,11 @@ def test_an_external_cluster_is_tested_through_bootstrap_servers(tmp_path):
     with LocalCluster(brokers=1, base_dir=tmp_path / "external", seed=4) as external:
         # The external cluster has one broker: topics need replication factor 1 (the default
         # follows --brokers, which describes the bundled cluster only).
-        out = subprocess.run(logquake_test("--workload", "delivery", "--bootstrap-servers", external.bootstrap_servers,
+        out = run_command(logquake_test("--workload", "delivery", "--bootstrap-servers", external.bootstrap_servers,
                                            "--workload-option", "replication_factor=1",
                                            "--concurrency", "3", "--time-limit", "5", "--quiet-period", "0",
                                            "--final-time-limit", "30", "--seed", "3", results=results),
-                             capture_output=True, text=True, timeout=900, cwd=PROJECT)
+                             timeout_s=300)
         external_pids = [b.pid for b in external.brokers]
         assert all(alive(pid) for pid in external_pids)  # the harness never manages an external cluster
     assert f"--bootstrap-servers {external.bootstrap_servers}" in out.stdout.splitlines()[0]

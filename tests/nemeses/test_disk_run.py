@@ -4,15 +4,14 @@ idempotent producer, RF 3, min ISR 2): valid, and its history shows the faults t
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from harness.history import read_history
+from tests.run_logquake import run_command
 
-PROJECT = Path(__file__).resolve().parents[2]
 # Seed 2 draws a torn-crash first, then disk-full on one broker (seeded gaps give each fault
 # seconds to land). 51-89 s here, most of it the check's Spark session: marked slow.
 COMMAND = ["--workload", "queue", "--nemesis", "disk", "--nemesis-interval", "1.5", "--time-limit", "12", "--concurrency", "4",
@@ -24,8 +23,8 @@ COMMAND = ["--workload", "queue", "--nemesis", "disk", "--nemesis-interval", "1.
 @pytest.mark.slow
 def test_a_seeded_disk_run_on_the_safe_cluster_is_valid_and_its_faults_land(tmp_path: Path) -> None:
     results = tmp_path / "results"
-    out = subprocess.run([sys.executable, "-m", "harness.testcmd", *COMMAND, "--results-dir", str(results)],
-                         capture_output=True, text=True, timeout=600, cwd=PROJECT)
+    out = run_command([sys.executable, "-m", "harness.testcmd", *COMMAND, "--results-dir", str(results)],
+                         timeout_s=300)
     runs = sorted({p.parent.resolve() for p in results.glob("*/*/history.jsonl")})
     assert len(runs) == 1, f"exit {out.returncode}:\n{out.stderr[-3000:]}"
     verdict = json.loads((runs[0] / "results.json").read_text())

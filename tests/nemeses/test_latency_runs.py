@@ -31,6 +31,7 @@ from typing import Iterator
 import pytest
 
 from harness.history import read_history
+from tests.run_logquake import run_command
 
 PROJECT = Path(__file__).resolve().parents[2]
 FAST_FAILOVER = ["broker.session.timeout.ms=3000", "broker.heartbeat.interval.ms=1000"]
@@ -40,7 +41,7 @@ def run_test(tmp_path: Path, *argv: str) -> tuple[subprocess.CompletedProcess, P
     results = tmp_path / "results"
     command = [sys.executable, "-m", "harness.testcmd", "--workload", "queue", "--brokers", "3", "--results-dir", str(results),
                "--time-limit", "20", "--final-time-limit", "20", "--quiet-period", "2", *argv]
-    out = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=PROJECT)
+    out = run_command(command, timeout_s=300)
     runs = sorted({p.parent.resolve() for p in results.glob("*/*/spec.json")})
     assert len(runs) == 1, f"no single run dir under {results}:\n{out.stderr[-3000:]}"
     verdict_path = runs[0] / "results.json"

@@ -2,22 +2,19 @@
 valid with committed copies, and the plain-Python oracle agrees that its real history is clean."""
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 from harness.history import read_history
 from tests.checkers.eos_oracle import eos_counts
-
-PROJECT = Path(__file__).resolve().parents[2]
+from tests.run_logquake import run_logquake
 
 
 def test_a_short_eos_run_is_valid_with_committed_copies(tmp_path):
     results = tmp_path / "results"
-    argv = [sys.executable, "-m", "harness.testcmd", "--workload", "eos", "--brokers", "3", "--time-limit", "6",
+    argv = ["--workload", "eos", "--brokers", "3", "--time-limit", "6",
             "--quiet-period", "0", "--final-time-limit", "60", "--seed", "11", "--workload-option", "crash_p=0.1",
             "--results-dir", str(results)]
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=PROJECT)
+    # About 25-60 s, under make test's load too.
+    out = run_logquake(argv, timeout_s=300)
     run_dirs = [p.parent for p in results.rglob("results.json")]
     assert len(run_dirs) == 1, out.stderr[-3000:]
     run_dir = run_dirs[0]

@@ -3,22 +3,20 @@ a read_committed run is valid and never reads an aborted send; a read_uncommitte
 the same workload reads them, and its claims do not promise otherwise."""
 
 import json
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from harness.history import read_history
+from tests.run_logquake import run_command
 
-PROJECT = Path(__file__).resolve().parents[2]
 
 
 def run_txn_queue(results, *extra):
     argv = [sys.executable, "-m", "harness.testcmd", "--workload", "queue", "--workload-option", "txn=true",
             "--brokers", "3", "--time-limit", "6", "--quiet-period", "1", "--final-time-limit", "40",
             "--seed", "14", "--results-dir", str(results), *extra]
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=PROJECT)
+    out = run_command(argv, timeout_s=300)
     runs = [p.parent for p in results.rglob("results.json")]
     assert len(runs) == 1, (out.stdout, out.stderr[-3000:])
     run_dir = runs[0]

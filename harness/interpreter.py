@@ -51,6 +51,7 @@ from harness.op_recorder import OpRecorder
 PENDING_POLL_S = 0.002  # how often a pending generator is asked again when nothing is in flight
 MAX_WAIT_S = 0.1  # never block longer than this, so a stop request is seen promptly
 EXPIRY_CHECK_S = 0.05  # how often outstanding ops are checked against op_timeout_s
+OP_TIMEOUT_S = 120.0  # an op with no completion after this long is completed as info
 
 
 class Client:  # the shape workers need; workloads.base.Client is the full protocol
@@ -152,7 +153,7 @@ class Interpreter(OpRecorder):
     def __init__(self, *, concurrency: int, open_client: Callable[[int], Client], history: HistoryWriter,
                  nemesis: Client | None = None, log: logging.Logger | None = None,
                  on_op: Callable[[Op], None] | None = None, start_ns: int | None = None,
-                 op_timeout_s: float = 120.0, drain_timeout_s: float = 15.0):
+                 op_timeout_s: float = OP_TIMEOUT_S, drain_timeout_s: float = 15.0):
         self.history = history
         self.log = log or logging.getLogger("logquake.interpreter")
         self.on_op = on_op

@@ -29,7 +29,8 @@ from harness.generator import (
 )
 from harness.generator.combinators import Seq
 from harness.history import HistoryWriter
-from harness.interpreter import Interpreter
+from harness.interpreter import OP_TIMEOUT_S, Interpreter
+from harness.phase_watchdog import PhaseWatchdog, phase_budgets_s
 from harness.progress import Progress
 from harness.report import write_index, write_report
 from harness.spec import RunSpec
@@ -68,6 +69,7 @@ class Run:
     interpreter: Interpreter | None = None
     stop_requested: threading.Event = field(default_factory=threading.Event)
     healed: bool = False
+    watchdog: PhaseWatchdog | None = None  # real runs only (harness.phase_watchdog)
     _log_handler: logging.Handler | None = None
 
     def request_stop(self) -> None:
@@ -79,6 +81,8 @@ class Run:
         self.log.info("phase: %s", phase)
         if self.progress is not None:
             self.progress.phase = phase
+        if self.watchdog is not None:
+            self.watchdog.enter(phase)
 
     def close(self) -> None:
         self.history.close()
@@ -374,7 +378,8 @@ def execute(run: Run) -> RunOutcome:
     spec = run.spec
     module = registry.load(spec.workload)
     interrupted = False
-    with contextlib.ExitStack() as stack:
+    run.watchdog = PhaseWatchdog(run.log, run.run_dir / store.HARNESS_LOG_FILE, phase_budgets_s(spec, OP_TIMEOUT_S))
+    with run.watchdog, contextlib.ExitStack() as stack:
         run.set_phase("setup")
         stack.enter_context(system_under_test(run))
         workload = module.build(spec, run.bootstrap_servers)

@@ -171,9 +171,9 @@ def test_harness_errors_and_interrupts_are_errors_and_odd_text_stays_valid_xml(t
 def test_logquake_test_writes_junit_for_a_real_valid_run(tmp_path):
     junit = tmp_path / "reports" / "run.xml"
     out = run_command([sys.executable, "-m", "harness.testcmd", "--workload", "queue", "--brokers", "1",
-                          "--time-limit", "4", "--quiet-period", "1", "--final-time-limit", "30", "--seed", "11",
-                          "--results-dir", str(tmp_path / "results"), "--junit-xml", str(junit)],
-                         timeout_s=300)
+                      "--time-limit", "4", "--quiet-period", "1", "--final-time-limit", "30", "--seed", "11",
+                      "--results-dir", str(tmp_path / "results"), "--junit-xml", str(junit)],
+                      timeout_s=300)
     assert out.returncode == 0, out.stdout + out.stderr
     [suite] = read_junit(junit)
     assert suite.properties["verdict"] == "valid" and suite.properties["seed"] == "11"

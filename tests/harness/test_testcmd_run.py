@@ -63,8 +63,8 @@ def alive(pid):
 def test_a_short_queue_run_records_a_complete_history_and_ends_with_a_verdict(tmp_path):
     results = tmp_path / "results"
     out = run_command(logquake_test("--workload", "queue", "--time-limit", "10", "--seed", "1234",
-                                       "--quiet-period", "1", "--final-time-limit", "30", results=results),
-                         timeout_s=300)
+                                    "--quiet-period", "1", "--final-time-limit", "30", results=results),
+                      timeout_s=300)
     lines = out.stdout.strip().splitlines()
     assert lines[0].startswith("logquake test: seed 1234; reproduce with: logquake test --workload queue"), out.stdout
     assert lines[-1] == lines[0]
@@ -93,6 +93,7 @@ def test_a_short_queue_run_records_a_complete_history_and_ends_with_a_verdict(tm
     assert "per-phase throughput" in out.stderr and "before-faults" in out.stderr
     assert (results / "latest").resolve() == run_dir.resolve()
     assert (run_dir / "report.html").exists()
+    assert "past its budget" not in (run_dir / "harness.log").read_text()  # harness.phase_watchdog kept quiet
     index = (results / "index.html").read_text()  # rebuilt after the run, linking its report
     assert f"{run_dir.parent.name}/{run_dir.name}/report.html" in index
     for pid in broker_pids(run_dir):
@@ -217,10 +218,10 @@ def test_an_external_cluster_is_tested_through_bootstrap_servers(tmp_path):
         # The external cluster has one broker: topics need replication factor 1 (the default
         # follows --brokers, which describes the bundled cluster only).
         out = run_command(logquake_test("--workload", "delivery", "--bootstrap-servers", external.bootstrap_servers,
-                                           "--workload-option", "replication_factor=1",
-                                           "--concurrency", "3", "--time-limit", "5", "--quiet-period", "0",
-                                           "--final-time-limit", "30", "--seed", "3", results=results),
-                             timeout_s=300)
+                                        "--workload-option", "replication_factor=1",
+                                        "--concurrency", "3", "--time-limit", "5", "--quiet-period", "0",
+                                        "--final-time-limit", "30", "--seed", "3", results=results),
+                          timeout_s=300)
         external_pids = [b.pid for b in external.brokers]
         assert all(alive(pid) for pid in external_pids)  # the harness never manages an external cluster
     assert f"--bootstrap-servers {external.bootstrap_servers}" in out.stdout.splitlines()[0]

@@ -24,7 +24,7 @@ COMMAND = ["--workload", "queue", "--nemesis", "disk", "--nemesis-interval", "1.
 def test_a_seeded_disk_run_on_the_safe_cluster_is_valid_and_its_faults_land(tmp_path: Path) -> None:
     results = tmp_path / "results"
     out = run_command([sys.executable, "-m", "harness.testcmd", *COMMAND, "--results-dir", str(results)],
-                         timeout_s=300)
+                      timeout_s=300)
     runs = sorted({p.parent.resolve() for p in results.glob("*/*/history.jsonl")})
     assert len(runs) == 1, f"exit {out.returncode}:\n{out.stderr[-3000:]}"
     verdict = json.loads((runs[0] / "results.json").read_text())

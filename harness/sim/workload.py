@@ -60,6 +60,19 @@ def _settings(spec: RunSpec) -> Any:
     return aiokafka_settings(spec.client_config, spec.client_config_overrides)
 
 
+def _client_settings(settings: Any, transactional: bool) -> dict[str, Any]:
+    """What the clients get, for simulation.json: aiokafka's parameters, and with
+    transactions the project's own transactional producer (aiokafka's is not used) and its."""
+    described = settings.describe()
+    if transactional:
+        from workloads.clients.aiokafka_txn import kio_producer_parameters
+
+        described["transactional_producer"] = {
+            "client": "KioTxnProducer (workloads/clients/kio_txn_producer.py), not aiokafka's",
+            **kio_producer_parameters(settings)}
+    return described
+
+
 def build(spec: RunSpec, bootstrap_servers: str, wall_ms: Callable[[], int]) -> SimWorkload:
     """The queue workload with aiokafka clients. Its generators are the real workload's
     (`workloads.queue.build`), whose confluent-kafka clients are never opened here."""
@@ -92,7 +105,8 @@ def build(spec: RunSpec, bootstrap_servers: str, wall_ms: Callable[[], int]) -> 
         await topics.ensure(keys.topic(k) for k in range(opts.key_count))
 
     return SimWorkload(generator=real.generator, final_generator=real.final_generator, open_client=open_client,
-                       setup=setup, close=topics.close, topics=real.topics, client_settings=settings.describe())
+                       setup=setup, close=topics.close, topics=real.topics,
+                       client_settings=_client_settings(settings, opts.txn))
 
 
 def _build_eos(spec: RunSpec, bootstrap_servers: str, wall_ms: Callable[[], int]) -> SimWorkload:
@@ -125,4 +139,4 @@ def _build_eos(spec: RunSpec, bootstrap_servers: str, wall_ms: Callable[[], int]
         await topics.ensure(list(opts.topics))
 
     return SimWorkload(generator=real.generator, final_generator=real.final_generator, open_client=open_client,
-                       setup=setup, close=topics.close, topics=real.topics, client_settings=settings.describe())
+                       setup=setup, close=topics.close, topics=real.topics, client_settings=_client_settings(settings, opts.txn))

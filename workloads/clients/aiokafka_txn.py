@@ -108,16 +108,21 @@ class _BodyError(Exception):
         self.results = results
 
 
-def kio_producer(bootstrap_servers: str, transactional_id: str, client_id: str, settings: AiokafkaSettings) -> KioTxnProducer:
-    """The transactional producer of a simulated run (workloads/clients/kio_txn_producer.py),
-    configured from the run's librdkafka settings as mapped for aiokafka: request.timeout.ms,
-    message.timeout.ms (the send deadline), transaction.timeout.ms and retry.backoff.ms."""
+def kio_producer_parameters(settings: AiokafkaSettings) -> dict[str, int]:
+    """What the transactional producer of a simulated run gets from the run's librdkafka
+    settings as mapped for aiokafka: request.timeout.ms, message.timeout.ms (the send
+    deadline), transaction.timeout.ms and retry.backoff.ms."""
     producer = settings.producer
+    return {"request_timeout_ms": int(producer.get("request_timeout_ms", 30_000)),
+            "message_timeout_ms": int(settings.send_timeout_s * 1000),
+            "transaction_timeout_ms": int(producer.get("transaction_timeout_ms", DEFAULT_TRANSACTION_TIMEOUT_MS)),
+            "retry_backoff_ms": int(producer.get("retry_backoff_ms", 100))}
+
+
+def kio_producer(bootstrap_servers: str, transactional_id: str, client_id: str, settings: AiokafkaSettings) -> KioTxnProducer:
+    """The transactional producer of a simulated run (workloads/clients/kio_txn_producer.py)."""
     return KioTxnProducer(bootstrap_servers=bootstrap_servers, transactional_id=transactional_id, client_id=client_id,
-                          request_timeout_ms=int(producer.get("request_timeout_ms", 30_000)),
-                          message_timeout_ms=int(settings.send_timeout_s * 1000),
-                          transaction_timeout_ms=int(producer.get("transaction_timeout_ms", DEFAULT_TRANSACTION_TIMEOUT_MS)),
-                          retry_backoff_ms=int(producer.get("retry_backoff_ms", 100)))
+                          **kio_producer_parameters(settings))
 
 
 def kio_classify(exc: BaseException) -> Outcome:

@@ -48,6 +48,8 @@ def test_a_seeded_simulated_eos_run_through_kills_and_pauses_is_valid(tmp_path: 
     assert inputs >= sent > 0 and outputs == inputs, (sent, inputs, outputs)
     clients = json.loads((run_dir / "simulation.json").read_text())["clients"]
     assert clients["producer"]["transaction_timeout_ms"] == 10000  # the eos workload's default
+    assert clients["transactional_producer"]["client"].startswith("KioTxnProducer")  # the copiers' producer
+    assert clients["transactional_producer"]["transaction_timeout_ms"] == 10000
     # One assignor: aiokafka 0.14 sends a JoinGroup per assignor (aio-libs/aiokafka#1168).
     assert clients["consumer"]["partition_assignment_strategy"] == ["RangePartitionAssignor"]
 

@@ -38,6 +38,7 @@ def test_a_seeded_simulated_run_through_kills_and_partitions_is_valid(tmp_path: 
     assert "simulated" in (run_dir / "report.html").read_text()
     clients = json.loads((run_dir / "simulation.json").read_text())["clients"]
     assert clients["producer"]["acks"] == "all" and clients["producer"]["enable_idempotence"] is True
+    assert "transactional_producer" not in clients  # no transactions in this run
 
 
 def test_losing_unflushed_data_on_a_crash_of_every_broker_is_caught_and_allowed(tmp_path: Path) -> None:

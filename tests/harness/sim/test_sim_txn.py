@@ -55,6 +55,9 @@ def test_a_seeded_simulated_transactional_run_through_kills_pauses_and_partition
     assert results["simulated"] is True
     clients = json.loads((run_dir / "simulation.json").read_text())["clients"]
     assert clients["producer"]["transaction_timeout_ms"] == 1000  # the txn workload's Jepsen default
+    # The transactions ran on the project's producer, with the same deadline, and it says so.
+    txn_producer = clients["transactional_producer"]
+    assert txn_producer["client"].startswith("KioTxnProducer") and txn_producer["transaction_timeout_ms"] == 1000
     assert clients["consumer"]["isolation_level"] == "read_committed"
 
 

@@ -136,9 +136,12 @@ def finish_run(run: PreparedRun, result):
     if throughput is not None:
         result.stats["throughput"] = throughput
     # Several controllers: the metadata quorum's checks join the client-side anomalies.
+    from checkers.node_logs import add_node_log_verdict
     from checkers.quorum import add_quorum_verdict
 
     add_quorum_verdict(result, run.path)
+    # And what the nodes' own logs say went wrong inside them.
+    add_node_log_verdict(result, run.path)
     result.save(run.path / RESULTS_JSON)
     return result
 

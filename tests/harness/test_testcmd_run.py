@@ -94,6 +94,8 @@ def test_a_short_queue_run_records_a_complete_history_and_ends_with_a_verdict(tm
     assert (results / "latest").resolve() == run_dir.resolve()
     assert (run_dir / "report.html").exists()
     assert "past its budget" not in (run_dir / "harness.log").read_text()  # harness.phase_watchdog kept quiet
+    # The nodes' own logs were read (checkers/node_logs.py): three brokers and the controller, clean.
+    assert verdict["stats"]["node_logs"] == {"files": 4, "errors": 0, "kinds": []}
     index = (results / "index.html").read_text()  # rebuilt after the run, linking its report
     assert f"{run_dir.parent.name}/{run_dir.name}/report.html" in index
     for pid in broker_pids(run_dir):

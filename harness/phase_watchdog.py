@@ -52,6 +52,7 @@ class PhaseWatchdog:
         self._timer: threading.Timer | None = None
         self._phase: str | None = None
         self._entered_s = 0.0
+        self._closed = False
         self.overdue: list[str] = []  # phases that outlasted their budget, in order
 
     def enter(self, phase: str) -> None:
@@ -59,7 +60,7 @@ class PhaseWatchdog:
             self._cancel()
             self._phase, self._entered_s = phase, time.monotonic()
             budget_s = self.budgets_s.get(phase)
-            if budget_s is not None:
+            if budget_s is not None and not self._closed:
                 self._timer = threading.Timer(budget_s, self._fire, args=(phase, budget_s))
                 self._timer.name = f"phase-watchdog-{phase}"
                 self._timer.daemon = True
@@ -69,6 +70,7 @@ class PhaseWatchdog:
         with self._lock:
             self._cancel()
             self._phase = None
+            self._closed = True  # the phases after it (check, report) are not watched
 
     def __enter__(self) -> "PhaseWatchdog":
         return self

@@ -6,57 +6,54 @@ import io
 import logging
 import time
 
+import pytest
+
 from harness.phase_watchdog import MARGIN_S, PhaseWatchdog, phase_budgets_s
 from harness.spec import RunSpec
 
 
-def watched_log(tmp_path, name):
+@pytest.fixture
+def watched_log(tmp_path, request):
+    """A logger writing to tmp_path/harness.log, as a run's does; the path too."""
     path = tmp_path / "harness.log"
-    log = logging.getLogger(f"logquake.test-watchdog.{name}")
+    log = logging.getLogger(f"logquake.test-watchdog.{request.node.name}")
     log.setLevel(logging.DEBUG)
     handler = logging.FileHandler(path, encoding="utf-8")
     log.addHandler(handler)
-    return log, path, handler
+    yield log, path
+    log.removeHandler(handler)
+    handler.close()
 
 
 def sleeping_in_a_stuck_phase(seconds):
     time.sleep(seconds)
 
 
-def test_a_phase_past_its_budget_writes_the_stacks_of_every_thread(tmp_path):
-    log, path, handler = watched_log(tmp_path, "stuck")
+def test_a_phase_past_its_budget_writes_the_stacks_of_every_thread(watched_log):
+    log, path = watched_log
     stderr = io.StringIO()
-    try:
-        with PhaseWatchdog(log, path, {"final": 0.3}, stream=stderr) as watchdog:
-            watchdog.enter("final")
-            sleeping_in_a_stuck_phase(1.0)
-        text = path.read_text()
-        assert "phase final has run 0 s, past its budget of 0 s" in text
-        # faulthandler's dump names this thread's frames: where the phase is stuck.
-        assert "sleeping_in_a_stuck_phase" in text and "test_phase_watchdog.py" in text
-        assert watchdog.overdue == ["final"]
-        assert "the final phase has run" in stderr.getvalue() and str(path) in stderr.getvalue()
-    finally:
-        log.removeHandler(handler)
-        handler.close()
+    with PhaseWatchdog(log, path, {"final": 0.3}, stream=stderr) as watchdog:
+        watchdog.enter("final")
+        sleeping_in_a_stuck_phase(1.0)
+    text = path.read_text()
+    assert "phase final has run 0 s, past its budget of 0 s" in text
+    # faulthandler's dump names this thread's frames: where the phase is stuck.
+    assert "sleeping_in_a_stuck_phase" in text and "test_phase_watchdog.py" in text
+    assert watchdog.overdue == ["final"]
+    assert "the final phase has run" in stderr.getvalue() and str(path) in stderr.getvalue()
 
 
-def test_a_phase_left_in_time_or_without_a_budget_writes_nothing(tmp_path):
-    log, path, handler = watched_log(tmp_path, "quiet")
+def test_a_phase_left_in_time_or_without_a_budget_writes_nothing(watched_log):
+    log, path = watched_log
     stderr = io.StringIO()
-    try:
-        with PhaseWatchdog(log, path, {"main": 0.3}, stream=stderr) as watchdog:
-            watchdog.enter("main")
-            time.sleep(0.1)
-            watchdog.enter("check")  # no budget: never overdue
-            time.sleep(0.6)
+    with PhaseWatchdog(log, path, {"main": 0.3}, stream=stderr) as watchdog:
         watchdog.enter("main")
-        watchdog.close()
-        time.sleep(0.5)
-        assert path.read_text() == "" and stderr.getvalue() == "" and watchdog.overdue == []
-    finally:
-        log.removeHandler(handler)
-        handler.close()
+        time.sleep(0.1)
+        watchdog.enter("check")  # no budget: never overdue
+        time.sleep(0.6)
+    watchdog.enter("main")  # closed: no longer watched
+    time.sleep(0.5)
+    assert path.read_text() == "" and stderr.getvalue() == "" and watchdog.overdue == []
 
 
 def test_budgets_follow_the_runs_limits():

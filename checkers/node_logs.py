@@ -82,16 +82,18 @@ def scan_log(path: Path) -> list[NodeError]:
             if line.startswith(_TRACEBACK):
                 in_traceback = True
                 if current is None:
-                    # Under a record that marks nothing, or on the process's own output.
+                    # Under a record that marks nothing, or on the process's own output: which
+                    # one cannot be told apart, so the traceback stands for itself.
                     current = NodeError(path.name, number, UNCAUGHT[0], line, "")
                     errors.append(current)
                 continue
             if in_traceback and current is not None and line and not line.startswith((" ", "\t")):
-                # The traceback's last line names the exception ("OSError: ..."); chained
-                # tracebacks end with the last one's.
+                # The traceback's last line names the exception ("OSError: ..."); a chained
+                # one ("During handling of the above exception ...", another traceback) stays
+                # with the same error and ends with the last exception's.
                 updated = NodeError(current.file, current.line, current.kind, current.text, line.strip())
                 errors[errors.index(current)] = updated
-                current = updated
+                current, in_traceback = updated, False
     return errors
 
 

@@ -135,10 +135,10 @@ def finish_run(run: PreparedRun, result):
     throughput = _throughput(run.path / HISTORY_JSONL, run.path / RESULTS_JSON)
     if throughput is not None:
         result.stats["throughput"] = throughput
-    # Several controllers: the metadata quorum's checks join the client-side anomalies.
     from checkers.node_logs import add_node_log_verdict
     from checkers.quorum import add_quorum_verdict
 
+    # Several controllers: the metadata quorum's checks join the client-side anomalies.
     add_quorum_verdict(result, run.path)
     # And what the nodes' own logs say went wrong inside them.
     add_node_log_verdict(result, run.path)

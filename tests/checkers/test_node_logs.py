@@ -102,3 +102,18 @@ def test_a_run_without_node_logs_says_they_were_not_read(tmp_path):
     result = verdict(tmp_path)
     assert result.valid is True and result.stats["node_logs"]["files"] == 0
     assert "not read" in result.stats["node_logs"]["note"]
+
+
+def test_a_chained_traceback_is_one_error_ending_with_the_last_exception_and_a_later_one_another(tmp_path):
+    run_dir, cluster = run_dir_with_cluster(tmp_path)
+    (cluster / "broker-0.log").write_text(
+        "2026-11-28 07:58:49,001 ERROR cluster.runtime.connection: connection 3 (127.0.0.1:9): handling api 1 v12 failed\n"
+        "Traceback (most recent call last):\n  File \"a.py\", line 1, in f\nKeyError: 7\n\n"
+        "During handling of the above exception, another exception occurred:\n\n"
+        "Traceback (most recent call last):\n  File \"a.py\", line 2, in g\nRuntimeError: while handling 7\n"
+        "2026-11-28 07:58:50,000 WARNING cluster.broker.groups: member left\n"
+        "Traceback (most recent call last):\n  File \"b.py\", line 3, in h\nOSError: [Errno 5] Input/output error\n")
+    handler, logged = details(verdict(run_dir))
+    assert handler["kind"] == "request-handler-error" and handler["exception"] == "RuntimeError: while handling 7"
+    assert logged == {"file": "cluster/broker-0.log", "line": 12, "kind": "uncaught-exception",
+                      "text": "Traceback (most recent call last):", "exception": "OSError: [Errno 5] Input/output error"}

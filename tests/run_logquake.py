@@ -40,12 +40,51 @@ def run_command(command: Sequence[str], *, timeout_s: float, cwd: Path = PROJECT
     try:
         stdout, stderr = child.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        stdout, stderr = _stop(child)
         shown = " ".join(command[1:])
-        raise AssertionError(
-            f"`{shown}` did not finish in {timeout_s:g} s; its stacks (SIGUSR1) and stderr:\n"
-            f"{stderr[-STDERR_TAIL_CHARS:]}\nstdout (with any JVM's thread dump):\n{stdout[-STDOUT_TAIL_CHARS:]}") from None
+        if child.poll() is not None:
+            # It ended, but something it started still holds its output open.
+            holders = _pipe_holders(child)
+            stdout, stderr = _stop_holders(child, holders)
+            what = (f"`{shown}` exited with status {child.returncode}, but after {timeout_s:g} s its output was "
+                    f"still held open by: {'; '.join(holders.values()) or 'nothing found'} (SIGQUIT to Java, then SIGKILL)")
+        else:
+            stdout, stderr = _stop(child)
+            what = f"`{shown}` did not finish in {timeout_s:g} s; its stacks (SIGUSR1)"
+        raise AssertionError(f"{what} and stderr:\n{stderr[-STDERR_TAIL_CHARS:]}\n"
+                             f"stdout (with any JVM's thread dump):\n{stdout[-STDOUT_TAIL_CHARS:]}") from None
     return subprocess.CompletedProcess(list(command), child.returncode, stdout, stderr)
+
+
+def _pipe_holders(child: subprocess.Popen) -> dict[int, str]:
+    """The processes (pid -> command line) holding the child's stdout or stderr pipe."""
+    pipes = {f"pipe:[{os.fstat(stream.fileno()).st_ino}]" for stream in (child.stdout, child.stderr) if stream}
+    holders: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            if any(os.readlink(f"/proc/{entry}/fd/{fd}") in pipes for fd in os.listdir(f"/proc/{entry}/fd")):
+                holders[int(entry)] = open(f"/proc/{entry}/cmdline").read().replace("\0", " ").strip()[:300]
+        except OSError:
+            continue
+    return holders
+
+
+def _stop_holders(child: subprocess.Popen, holders: dict[int, str]) -> tuple[str, str]:
+    for pid in holders:
+        if _command_name(pid) == "java":
+            _signal(pid, signal.SIGQUIT)
+    _read_for(child, STACK_DUMP_WAIT_S)  # time for their dumps; what is read so far is kept
+    for pid in holders:
+        _signal(pid, signal.SIGKILL)
+    return _read_for(child, TEARDOWN_WAIT_S) or ("", "")
+
+
+def _read_for(child: subprocess.Popen, wait_s: float) -> tuple[str, str] | None:
+    try:
+        return child.communicate(timeout=wait_s)
+    except subprocess.TimeoutExpired as exc:
+        return (_text(exc.stdout), _text(exc.stderr)) if exc.stdout or exc.stderr else None
 
 
 def _stop(child: subprocess.Popen) -> tuple[str, str]:

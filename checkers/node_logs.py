@@ -5,7 +5,8 @@ closes that connection and the client retries elsewhere), a broker or controller
 ended by an exception, a controller halted on a fatal fault, an exception nothing caught.
 Jepsen's tests scan their nodes' logs for crashes the same way (`checker/log-file-pattern`),
 and so does this, over the node logs the real back ends leave in the run directory
-(`cluster/*.log`: the local processes' and the containers' logs). Every error found is
+(`cluster/*.log`: the local processes' logs and the Docker back end's containers'; a
+Compose file's containers log to Docker, not here). Every error found is
 `node-error`, never allowed: no configuration claims that the system may fail inside, and
 a bug switch reproduces a bug, it excuses nothing (checkers/claims.py). What Kafka does on
 purpose is not an error here: a broker whose every log directory failed halting (a disk
@@ -14,8 +15,8 @@ fault's documented effect) logs at ERROR without any of these marks.
 The marks are the log lines the cluster writes for those events (cluster/runtime/
 connection.py, broker_main.py, controller/main.py, controller_halt.py, and asyncio's own
 handler for an exception nobody retrieved) and any Python traceback not under them;
-tests/checkers/test_node_logs.py produces each from the real code. Simulated runs and
-external clusters leave no node logs here: the stats say the logs were not read.
+tests/checkers/test_node_logs.py produces each from the real code. Simulated runs, Compose
+runs and external clusters leave no node logs here: the stats say the logs were not read.
 
 Pure: reads files, imports nothing of the cluster.
 """
@@ -123,8 +124,8 @@ def add_node_log_verdict(result: CheckResult, run_dir: str | Path) -> CheckResul
     verdict invalid when there is any, and what was read under stats["node_logs"]."""
     files = node_log_files(run_dir)
     if not files:
-        result.stats["node_logs"] = {"files": 0, "note": "no node logs in the run directory (an external cluster or "
-                                                          "a simulated run): not read"}
+        result.stats["node_logs"] = {"files": 0, "note": "no node logs in the run directory (an external cluster, a "
+                                                          "Compose file's containers or a simulated run): not read"}
         return result
     errors = [error for path in files for error in scan_log(path)]
     anomalies = node_log_anomalies(errors)
